@@ -1,0 +1,17 @@
+import type { Command } from "commander";
+import { loadConfig } from "../../shared/config/index.ts";
+
+export function register(program: Command): void {
+  const config = program.command("config").description("inspect and validate experiment configs");
+  config
+    .command("validate")
+    .description("validate an experiment config (YAML or JSON) with environment overrides applied")
+    .argument("<file>", "config file")
+    .option("--set <path=value...>", "override a field, e.g. --set trainer.maxSteps=5", [])
+    .option("--print", "print the resolved config with every default filled in")
+    .action(async (file: string, options: { set: string[]; print?: boolean }) => {
+      const resolved = await loadConfig(file, { overrides: options.set });
+      if (options.print) process.stdout.write(`${JSON.stringify(resolved, null, 2)}\n`);
+      else process.stdout.write(`${file}: valid (experiment ${resolved.experimentId})\n`);
+    });
+}

@@ -1,0 +1,37 @@
+import { z } from "zod";
+
+export const ExternalPolicy = z
+  .object({
+    url: z.string().url().describe("OpenAI-compatible base URL, e.g. http://host:8000/v1"),
+    model: z.string().describe("model name sent in requests"),
+    probability: z.number().min(0).max(1).describe("per-turn probability of drawing this endpoint"),
+  })
+  .strict();
+
+export const RolloutConfig = z
+  .object({
+    /** Samples per task instance (GRPO group size). */
+    groupSize: z.number().int().min(2).default(8).describe("samples per task instance (GRPO n); at least 2"),
+    maxTurns: z.number().int().min(1).default(20).describe("turn cap per episode"),
+    maxTokensPerTurn: z.number().int().min(1).default(256).describe("new tokens per assistant turn (the paper: 1024)"),
+    maxTotalTokens: z.number().int().min(16).default(2048).describe("token cap per trajectory (the paper: 8192)"),
+    temperature: z.number().min(0).max(2).default(0.8).describe("sampling temperature"),
+    topP: z.number().gt(0).max(1).default(1).describe("nucleus sampling"),
+    /** Reward given to any episode whose final status is not `completed`. */
+    incompletePunishment: z.number().default(-0.2).describe("reward of non-completed episodes"),
+    /** Retries of infrastructure failures, each with a fresh session. */
+    maxAttempts: z.number().int().min(1).default(10).describe("infrastructure retries per request"),
+    workers: z.number().int().min(1).default(2).describe("rollout worker processes"),
+    concurrency: z.number().int().min(1).default(16).describe("episodes in flight per rollout worker"),
+    crossPolicy: z
+      .object({
+        enabled: z.boolean().default(true).describe("per-turn policy drawn from the pool"),
+        staleProbability: z.number().min(0).max(1).default(0.25).describe("per-turn probability of the stale pool"),
+        staleEvery: z.number().int().min(1).default(25).describe("the stale pool takes every K-th version"),
+        external: z.array(ExternalPolicy).default([]).describe("extra OpenAI-compatible pool members"),
+      })
+      .strict()
+      .prefault({}),
+  })
+  .strict();
+export type RolloutConfig = z.infer<typeof RolloutConfig>;

@@ -1,0 +1,31 @@
+import { z } from "zod";
+
+export const TrainerConfig = z
+  .object({
+    mode: z.enum(["async", "sync"]).default("async").describe("async pipeline or generate-then-train"),
+    /** Task instances per step; a step consumes batchSize * groupSize trajectories at least. */
+    batchSize: z.number().int().min(1).default(8).describe("task instances (groups) per step"),
+    maxSteps: z.number().int().min(1).default(20).describe("optimizer steps to run"),
+    learningRate: z.number().positive().default(1e-4).describe("Adam learning rate"),
+    adamBeta1: z.number().min(0).lt(1).default(0.9),
+    adamBeta2: z.number().min(0).lt(1).default(0.999),
+    gradClip: z.number().positive().default(1).describe("global gradient-norm clip"),
+    estimator: z.enum(["grpo", "rloo", "reinforce++"]).default("grpo").describe("advantage estimator"),
+    taskAdvantageNorm: z.boolean().default(true).describe("second, per-task advantage normalization"),
+    clipLow: z.number().min(0).max(1).default(0.2).describe("PPO clip below 1"),
+    clipHigh: z.number().min(0).default(0.2).describe("PPO clip above 1"),
+    dualClip: z.number().gt(1).default(3).describe("dual-clip constant c for negative advantages"),
+    klCoef: z.number().min(0).default(1e-4).describe("KL-to-reference coefficient; 0 disables the reference"),
+    advantageEps: z.number().positive().default(1e-6).describe("epsilon in advantage normalization"),
+    /** Versions a token may lag the trainer's policy; tokens older than this are handled by `stalePolicy`. */
+    maxStaleness: z.number().int().min(0).default(4).describe("staleness bound in policy versions"),
+    stalePolicy: z.enum(["drop", "importance-weight"]).default("drop").describe("what to do past the bound"),
+    microBatchTokens: z.number().int().min(64).default(4096).describe("tokens per gradient micro-batch"),
+    warmupFactor: z.number().min(1).default(1.7).describe("first step waits for this many batches"),
+    checkpointEvery: z.number().int().min(1).default(1).describe("publish a version every N steps"),
+  })
+  .strict()
+  .superRefine((t, ctx) => {
+    if (t.clipLow >= 1) ctx.addIssue({ code: "custom", path: ["clipLow"], message: "must be below 1" });
+  });
+export type TrainerConfig = z.infer<typeof TrainerConfig>;

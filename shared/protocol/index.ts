@@ -1,0 +1,3 @@
+export * from "./envApi.ts";
+export * from "./messages.ts";
+export * from "./openai.ts";

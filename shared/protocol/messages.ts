@@ -1,0 +1,104 @@
+import { z } from "zod";
+import { SampleStatus } from "./envApi.ts";
+import { ChatMessage, ToolSpec } from "./openai.ts";
+
+/**
+ * Events and stored objects of the pipeline. Each carries a `schemaVersion` literal so a reader
+ * meeting a newer producer fails loudly instead of misreading. Events are small (claim-check):
+ * big payloads live in the object store and events carry their keys.
+ */
+
+const id = z.string().min(1).max(256);
+
+/** feeder -> rollout-requests queue -> rollout worker */
+export const RolloutRequest = z.object({
+  schemaVersion: z.literal(1),
+  experimentId: id,
+  task: z.string().min(1),
+  index: z.number().int().nonnegative(),
+  split: z.enum(["train", "test"]).default("train"),
+  /** All `groupSize` samples of one task instance share a groupId (one GRPO group). */
+  groupId: id,
+  sample: z.number().int().nonnegative(),
+  groupSize: z.number().int().positive(),
+  /** Infrastructure retries made so far (never counted as agent failures). */
+  attempt: z.number().int().nonnegative().default(0),
+});
+export type RolloutRequest = z.infer<typeof RolloutRequest>;
+
+/**
+ * A finished episode as the trainer consumes it. Token-aligned arrays all have length
+ * `tokenIds.length`; `policyVersion`/`policyPool` are -1/null on prompt and observation tokens.
+ */
+export const Trajectory = z
+  .object({
+    schemaVersion: z.literal(1),
+    trajectoryId: id,
+    experimentId: id,
+    groupId: id,
+    task: z.string().min(1),
+    index: z.number().int().nonnegative(),
+    sample: z.number().int().nonnegative(),
+    groupSize: z.number().int().positive(),
+    messages: z.array(ChatMessage),
+    tools: z.array(ToolSpec),
+    tokenIds: z.array(z.number().int().nonnegative()),
+    lossMask: z.array(z.union([z.literal(0), z.literal(1)])),
+    /** Behaviour (rollout-time) log-prob of each generated token; 0 where lossMask is 0. */
+    logprobs: z.array(z.number()),
+    policyVersion: z.array(z.number().int().min(-1)),
+    policyPool: z.array(z.string().nullable()),
+    /** Final reward after the incomplete-episode punishment. */
+    reward: z.number(),
+    /** The environment's own reward, before punishment. */
+    envReward: z.number(),
+    status: SampleStatus,
+    turns: z.number().int().nonnegative(),
+    metrics: z.record(z.string(), z.number()).default({}),
+    timings: z.object({
+      startedAt: z.string(),
+      finishedAt: z.string(),
+      envMs: z.number().nonnegative(),
+      policyMs: z.number().nonnegative(),
+    }),
+    envWorker: z.string().optional(),
+    attempt: z.number().int().nonnegative().default(0),
+  })
+  .superRefine((t, ctx) => {
+    const n = t.tokenIds.length;
+    for (const key of ["lossMask", "logprobs", "policyVersion", "policyPool"] as const) {
+      if (t[key].length !== n) {
+        ctx.addIssue({ code: "custom", path: [key], message: `length ${t[key].length} differs from tokenIds (${n})` });
+      }
+    }
+  });
+export type Trajectory = z.infer<typeof Trajectory>;
+
+/** rollout worker -> trajectories queue -> trainer (the trajectory itself sits at `key`). */
+export const TrajectoryReady = z.object({
+  schemaVersion: z.literal(1),
+  trajectoryId: id,
+  experimentId: id,
+  groupId: id,
+  groupSize: z.number().int().positive(),
+  task: z.string().min(1),
+  key: z.string().min(1),
+  tokens: z.number().int().nonnegative(),
+  reward: z.number(),
+  status: SampleStatus,
+  /** Oldest and newest policy version among the generated tokens (-1 when none was generated). */
+  minVersion: z.number().int().min(-1),
+  maxVersion: z.number().int().min(-1),
+});
+export type TrajectoryReady = z.infer<typeof TrajectoryReady>;
+
+/** trainer -> policy-events queue (and the checkpoint store's newest manifest) */
+export const PolicyPublished = z.object({
+  schemaVersion: z.literal(1),
+  experimentId: id,
+  version: z.number().int().nonnegative(),
+  key: z.string().min(1),
+  step: z.number().int().nonnegative(),
+  createdAt: z.string(),
+});
+export type PolicyPublished = z.infer<typeof PolicyPublished>;

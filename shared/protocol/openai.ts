@@ -1,0 +1,104 @@
+import { z } from "zod";
+
+/**
+ * The OpenAI chat-completions subset agentrl-ts speaks: enough for function calling with
+ * log-probs, plus an `agentrl` extension on each choice (token ids, per-token log-probs and the
+ * policy version of each token) that the official `openai` client passes through untouched.
+ */
+
+export const ToolCall = z.object({
+  id: z.string().min(1),
+  type: z.literal("function"),
+  function: z.object({
+    name: z.string().min(1),
+    /** JSON text, as OpenAI sends it. */
+    arguments: z.string(),
+  }),
+});
+export type ToolCall = z.infer<typeof ToolCall>;
+
+export const SystemMessage = z.object({ role: z.literal("system"), content: z.string() });
+export const UserMessage = z.object({ role: z.literal("user"), content: z.string() });
+export const AssistantMessage = z.object({
+  role: z.literal("assistant"),
+  content: z.string().nullable().default(null),
+  tool_calls: z.array(ToolCall).optional(),
+});
+export const ToolMessage = z.object({
+  role: z.literal("tool"),
+  content: z.string(),
+  tool_call_id: z.string(),
+  name: z.string().optional(),
+});
+
+export const ChatMessage = z.discriminatedUnion("role", [SystemMessage, UserMessage, AssistantMessage, ToolMessage]);
+export type ChatMessage = z.infer<typeof ChatMessage>;
+export type AssistantMessage = z.infer<typeof AssistantMessage>;
+export type ToolMessage = z.infer<typeof ToolMessage>;
+
+/** JSON Schema of a tool's parameters; kept as an open object since it is schema, not data. */
+export const JsonSchemaObject = z.record(z.string(), z.unknown());
+
+export const ToolSpec = z.object({
+  type: z.literal("function"),
+  function: z.object({
+    name: z.string().min(1),
+    description: z.string().default(""),
+    parameters: JsonSchemaObject,
+  }),
+});
+export type ToolSpec = z.infer<typeof ToolSpec>;
+
+export const ChatCompletionRequest = z.object({
+  model: z.string().default("agentrl"),
+  messages: z.array(ChatMessage).min(1),
+  tools: z.array(ToolSpec).optional(),
+  tool_choice: z.union([z.literal("auto"), z.literal("none")]).optional(),
+  temperature: z.number().min(0).max(2).default(1),
+  top_p: z.number().gt(0).max(1).default(1),
+  max_tokens: z.number().int().positive().optional(),
+  seed: z.number().int().optional(),
+  n: z.number().int().min(1).max(16).default(1),
+  logprobs: z.boolean().default(false),
+  stream: z.literal(false).optional(),
+});
+export type ChatCompletionRequest = z.infer<typeof ChatCompletionRequest>;
+
+/** Per-token record of what generated each token; the rollout/trainer agreement check reads it. */
+export const GenerationTrace = z.object({
+  token_ids: z.array(z.number().int()),
+  logprobs: z.array(z.number()),
+  policy_versions: z.array(z.number().int()),
+  /** Prompt tokens the server fed the model (after any truncation it reports). */
+  prompt_token_ids: z.array(z.number().int()).optional(),
+  prompt_truncated: z.boolean().default(false),
+});
+export type GenerationTrace = z.infer<typeof GenerationTrace>;
+
+export const ChatCompletionChoice = z.object({
+  index: z.number().int(),
+  message: AssistantMessage,
+  finish_reason: z.enum(["stop", "length", "tool_calls"]),
+  logprobs: z
+    .object({
+      content: z.array(z.object({ token: z.string(), logprob: z.number(), bytes: z.array(z.number()).nullable() })),
+    })
+    .nullable()
+    .default(null),
+  agentrl: GenerationTrace.optional(),
+});
+export type ChatCompletionChoice = z.infer<typeof ChatCompletionChoice>;
+
+export const ChatCompletionResponse = z.object({
+  id: z.string(),
+  object: z.literal("chat.completion"),
+  created: z.number().int(),
+  model: z.string(),
+  choices: z.array(ChatCompletionChoice),
+  usage: z.object({
+    prompt_tokens: z.number().int(),
+    completion_tokens: z.number().int(),
+    total_tokens: z.number().int(),
+  }),
+});
+export type ChatCompletionResponse = z.infer<typeof ChatCompletionResponse>;

@@ -1,0 +1,71 @@
+import { type ChildProcess, spawn } from "node:child_process";
+import { createServer } from "node:net";
+
+/** A real moto server on 127.0.0.1, started and stopped by the test that needs it. */
+export interface MotoServer {
+  readonly endpoint: string;
+  reset(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.unref();
+    server.on("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const address = server.address();
+      const port = typeof address === "object" && address ? address.port : 0;
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+/** Dummy credentials: moto accepts any, the SDK insists on some. */
+export function setDummyAwsCredentials(): void {
+  process.env.AWS_ACCESS_KEY_ID ??= "testing";
+  process.env.AWS_SECRET_ACCESS_KEY ??= "testing";
+  process.env.AWS_REGION ??= "us-east-1";
+}
+
+/** Starts `python3 -m moto.server` on a free port and waits until it answers. */
+export async function startMoto(timeoutMs = 30_000): Promise<MotoServer> {
+  setDummyAwsCredentials();
+  const port = await freePort();
+  const endpoint = `http://127.0.0.1:${port}`;
+  const child: ChildProcess = spawn("python3", ["-m", "moto.server", "-H", "127.0.0.1", "-p", String(port)], {
+    stdio: ["ignore", "ignore", "pipe"],
+  });
+  let stderr = "";
+  child.stderr?.on("data", (chunk: Buffer) => {
+    stderr = (stderr + chunk.toString()).slice(-4000);
+  });
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`moto server exited (${child.exitCode}): ${stderr}`);
+    try {
+      const response = await fetch(`${endpoint}/moto-api/`);
+      if (response.ok || response.status < 500) break;
+    } catch {
+      // not listening yet
+    }
+    if (Date.now() > deadline) {
+      child.kill("SIGKILL");
+      throw new Error(`moto server did not start within ${timeoutMs} ms: ${stderr}`);
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return {
+    endpoint,
+    async reset() {
+      await fetch(`${endpoint}/moto-api/reset`, { method: "POST" });
+    },
+    async stop() {
+      if (child.exitCode !== null) return;
+      const exited = new Promise((r) => child.once("exit", r));
+      child.kill("SIGTERM");
+      await Promise.race([exited, new Promise((r) => setTimeout(r, 3000))]);
+      if (child.exitCode === null) child.kill("SIGKILL");
+    },
+  };
+}

@@ -1,0 +1,13 @@
+import { defineConfig } from "vitest/config";
+
+export default defineConfig({
+  test: {
+    include: ["test/**/*.test.ts", "env-images/**/*.test.ts"],
+    // Suites spawn servers and child processes; run files in parallel on 2 cores but keep slack.
+    testTimeout: 60_000,
+    hookTimeout: 60_000,
+    pool: "forks",
+    poolOptions: { forks: { maxForks: 2, minForks: 1 } },
+    reporters: process.env.CI ? ["default"] : ["default"],
+  },
+});
