@@ -1,0 +1,173 @@
+import { z } from "zod";
+import { formatPath } from "../errors.ts";
+import type { SampleStatus } from "../protocol/envApi.ts";
+import type { AssistantMessage, ChatMessage, ToolMessage, ToolSpec } from "../protocol/openai.ts";
+import type { Episode, RewardItem, ScriptedAgent, TaskDefinition } from "./task.ts";
+
+/** OpenAI tool schemas of a task, generated from its zod argument schemas. */
+export function toolSpecs(task: TaskDefinition): ToolSpec[] {
+  return task.tools.map((tool) => {
+    const { $schema: _drop, ...parameters } = z.toJSONSchema(tool.parameters) as Record<string, unknown>;
+    return { type: "function", function: { name: tool.name, description: tool.description, parameters } };
+  });
+}
+
+export interface TurnResult {
+  /** Only the new messages (tool results, or a user note when the turn had no tool call). */
+  readonly messages: ChatMessage[];
+  readonly finish: boolean;
+  readonly reward: number;
+  readonly status: SampleStatus;
+  readonly metrics: Record<string, number>;
+}
+
+/**
+ * One episode under the AgentRL rules, independent of HTTP: validates each tool call (unknown
+ * tool -> `agent invalid action`; arguments that are not JSON or fail the schema -> `agent
+ * validation failed`; a turn without a tool call -> `agent validation failed`), counts turns
+ * (`task limit reached`), and keeps the last reward item. Task exceptions end the episode with
+ * `task error` instead of escaping. The worker runtime and `env check` both drive episodes
+ * through this class, so they cannot disagree on the rules.
+ */
+export class EpisodeSession {
+  private turns = 0;
+  private status: SampleStatus = "running";
+  private lastReward: RewardItem | undefined;
+  private closed = false;
+
+  constructor(
+    readonly task: TaskDefinition,
+    private readonly episode: Episode,
+  ) {}
+
+  get finished(): boolean {
+    return this.status !== "running";
+  }
+  get currentStatus(): SampleStatus {
+    return this.status;
+  }
+  get turnCount(): number {
+    return this.turns;
+  }
+  get reward(): number {
+    return this.lastReward?.reward ?? 0;
+  }
+  get initialMessages(): readonly ChatMessage[] {
+    return this.episode.messages;
+  }
+
+  /** Applies one assistant turn. Calling it on a finished episode returns the final state unchanged. */
+  async interact(message: AssistantMessage, signal: AbortSignal): Promise<TurnResult> {
+    if (this.finished) return this.result([]);
+    this.turns += 1;
+    const calls = message.tool_calls ?? [];
+    const out: ChatMessage[] = [];
+    if (calls.length === 0) {
+      out.push({ role: "user", content: "No tool was called. Every turn must call one of the provided tools." });
+      await this.end("agent validation failed");
+      return this.result(out);
+    }
+    for (const call of calls) {
+      const reply = (content: string): ToolMessage => ({
+        role: "tool",
+        tool_call_id: call.id,
+        name: call.function.name,
+        content,
+      });
+      const tool = this.task.tools.find((t) => t.name === call.function.name);
+      if (!tool) {
+        const allowed = this.task.tools.map((t) => t.name).join(", ");
+        out.push(reply(`Error: unknown tool "${call.function.name}". Available tools: ${allowed}.`));
+        await this.end("agent invalid action");
+        break;
+      }
+      let rawArgs: unknown;
+      try {
+        rawArgs = call.function.arguments.trim() === "" ? {} : JSON.parse(call.function.arguments);
+      } catch {
+        out.push(reply(`Error: the arguments of ${tool.name} are not valid JSON: ${call.function.arguments}`));
+        await this.end("agent validation failed");
+        break;
+      }
+      const parsed = tool.parameters.safeParse(rawArgs);
+      if (!parsed.success) {
+        const why = parsed.error.issues.map((i) => `${formatPath(i.path) || "arguments"}: ${i.message}`).join("; ");
+        out.push(reply(`Error: invalid arguments for ${tool.name}: ${why}`));
+        await this.end("agent validation failed");
+        break;
+      }
+      try {
+        const step = await this.episode.call(tool.name, parsed.data, signal);
+        out.push(reply(step.observation));
+        if (step.reward) this.lastReward = step.reward;
+        if (step.finish) {
+          await this.end(step.finish);
+          break;
+        }
+      } catch (error) {
+        if (signal.aborted) {
+          await this.end("cancelled");
+          break;
+        }
+        out.push(reply(`Error: the environment failed while running ${tool.name}.`));
+        this.lastReward = { reward: 0, metrics: { task_error: 1 } };
+        await this.end("task error", error);
+        break;
+      }
+    }
+    if (!this.finished && this.turns >= this.task.maxTurns) await this.end("task limit reached");
+    return this.result(out);
+  }
+
+  /** Ends the episode (idempotent) and frees its resources. */
+  async end(status: SampleStatus, _cause?: unknown): Promise<void> {
+    if (this.status === "running") this.status = status;
+    if (this.closed) return;
+    this.closed = true;
+    await this.episode.close?.();
+  }
+
+  private result(messages: ChatMessage[]): TurnResult {
+    return {
+      messages,
+      finish: this.finished,
+      reward: this.reward,
+      status: this.status,
+      metrics: { turns: this.turns, ...(this.lastReward?.metrics ?? {}), ...scoreMetric(this.lastReward) },
+    };
+  }
+}
+
+function scoreMetric(item: RewardItem | undefined): Record<string, number> {
+  return item?.score === undefined ? {} : { score: item.score };
+}
+
+export interface ScriptedRun {
+  readonly index: number;
+  readonly status: SampleStatus;
+  readonly reward: number;
+  readonly turns: number;
+  readonly messages: ChatMessage[];
+}
+
+/** Runs a scripted agent through one episode in-process (expert solvers, baselines, `env check`). */
+export async function runScripted(
+  task: TaskDefinition,
+  index: number,
+  agent: ScriptedAgent,
+  signal: AbortSignal = new AbortController().signal,
+): Promise<ScriptedRun> {
+  const session = new EpisodeSession(task, await task.start(index, signal));
+  const messages: ChatMessage[] = [...session.initialMessages];
+  try {
+    while (!session.finished) {
+      const action = await agent.act(messages, index);
+      messages.push(action);
+      const turn = await session.interact(action, signal);
+      messages.push(...turn.messages);
+    }
+  } finally {
+    await session.end("cancelled");
+  }
+  return { index, status: session.currentStatus, reward: session.reward, turns: session.turnCount, messages };
+}
