@@ -33,7 +33,10 @@ export function formatPath(path: ReadonlyArray<PropertyKey>): string {
 export function issuesOf(error: z.ZodError): Array<{ path: string; message: string }> {
   return error.issues.flatMap((issue) =>
     issue.code === "unrecognized_keys"
-      ? issue.keys.map((key) => ({ path: formatPath([...issue.path, key]), message: "unknown field (not allowed here)" }))
+      ? issue.keys.map((key) => ({
+          path: formatPath([...issue.path, key]),
+          message: "unknown field (not allowed here)",
+        }))
       : [{ path: formatPath(issue.path), message: issue.message }],
   );
 }

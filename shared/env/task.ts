@@ -67,3 +67,14 @@ export interface ScriptedAgent {
   readonly name: string;
   act(messages: readonly ChatMessage[], index: number): AssistantMessage | Promise<AssistantMessage>;
 }
+
+/**
+ * What each env-images/<task>/index.ts exports as `taskModule`: the task plus two scripted
+ * agents that act only through the tool API (the expert proves solvability and yields warm-up
+ * demonstrations; the random agent is the baseline). Registered in env-images/registry.ts.
+ */
+export interface TaskModule {
+  readonly task: TaskDefinition;
+  readonly expert: ScriptedAgent;
+  readonly random: ScriptedAgent;
+}

@@ -1,0 +1,13 @@
+import type { TaskModule } from "../shared/env/task.ts";
+
+/**
+ * Every task this build can serve, loaded lazily so that a worker loads only its own task.
+ * Add one line per task: `name: () => import("./name/index.ts").then((m) => m.taskModule),`
+ */
+export const TASK_MODULES: Readonly<Record<string, () => Promise<TaskModule>>> = {};
+
+export async function loadTaskModule(name: string): Promise<TaskModule> {
+  const load = TASK_MODULES[name];
+  if (!load) throw new Error(`unknown task "${name}"; available: ${Object.keys(TASK_MODULES).join(", ") || "none"}`);
+  return load();
+}

@@ -1,0 +1,54 @@
+import type * as tf from "@tensorflow/tfjs";
+import type { ModelConfig } from "../config/policy.ts";
+
+/**
+ * The contract between the model (shared/model), the policy server (continuous batching) and the
+ * trainer. Log-probs everywhere are of the sampling distribution: log_softmax(logits / temperature),
+ * so the trainer's recomputed log-probs match what the server reported at generation time.
+ */
+
+/** Inference side: one loaded policy version. */
+export interface InferencePolicy {
+  readonly version: number;
+  readonly config: ModelConfig;
+  /** A decoder with `capacity` KV-cache slots (continuous batching: sequences join and leave between steps). */
+  createDecoder(capacity: number): Decoder;
+  dispose(): void;
+}
+
+export interface Decoder {
+  readonly capacity: number;
+  /** Version of the weights the next step will use. */
+  readonly policyVersion: number;
+  /** Number of slots in use. */
+  readonly active: number;
+  /** Prefills a free slot with the prompt; returns the slot and the next-token logits ([vocab]). Throws when full or when the prompt exceeds the context. */
+  add(prompt: readonly number[]): { slot: number; logits: Float32Array };
+  /** One batched decode step: slots[i] consumes tokens[i]; returns next-token logits per slot (same order). */
+  step(slots: readonly number[], tokens: readonly number[]): Float32Array[];
+  /** Frees a slot. */
+  remove(slot: number): void;
+  /** Switches weights between steps; in-flight sequences keep their cache and continue with the new weights. */
+  setPolicy(policy: InferencePolicy): void;
+  dispose(): void;
+}
+
+/** Training side. */
+export interface TrainablePolicy {
+  readonly config: ModelConfig;
+  /** out[i][t] = log p(seq[t] | seq[<t]) under logits/temperature for t >= 1; out[i][0] = 0. */
+  logProbs(sequences: readonly Int32Array[], temperature: number): Float32Array[];
+  /**
+   * One optimizer step. `loss` receives the per-token log-prob tensor [B, T] of the padded batch
+   * (same convention as logProbs) and returns a scalar; the step computes gradients of all weights,
+   * clips the global norm and applies Adam. Everything is disposed before it returns.
+   */
+  trainStep(
+    sequences: readonly Int32Array[],
+    temperature: number,
+    loss: (logp: tf.Tensor2D) => tf.Scalar,
+  ): { loss: number; gradNorm: number };
+  /** A frozen copy of the current weights (the KL reference). */
+  snapshot(): TrainablePolicy;
+  dispose(): void;
+}
