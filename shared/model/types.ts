@@ -39,14 +39,17 @@ export interface TrainablePolicy {
   /** out[i][t] = log p(seq[t] | seq[<t]) under logits/temperature for t >= 1; out[i][0] = 0. */
   logProbs(sequences: readonly Int32Array[], temperature: number): Float32Array[];
   /**
-   * One optimizer step. `loss` receives the per-token log-prob tensor [B, T] of the padded batch
-   * (same convention as logProbs) and returns a scalar; the step computes gradients of all weights,
-   * clips the global norm and applies Adam. Everything is disposed before it returns.
+   * One optimizer step over all `sequences`, run in micro-batches. For each micro-batch, `loss`
+   * receives the per-token log-prob tensor [b, T] of its padded rows (same convention as logProbs)
+   * and `rows`, the indices into `sequences` of those b rows; it returns that micro-batch's
+   * contribution to the batch loss (e.g. a sum over its tokens divided by the batch's token count),
+   * so gradients simply add up. The step then clips the global gradient norm and applies Adam.
+   * Everything is disposed before it returns.
    */
   trainStep(
     sequences: readonly Int32Array[],
     temperature: number,
-    loss: (logp: tf.Tensor2D) => tf.Scalar,
+    loss: (logp: tf.Tensor2D, rows: readonly number[]) => tf.Scalar,
   ): { loss: number; gradNorm: number };
   /** A frozen copy of the current weights (the KL reference). */
   snapshot(): TrainablePolicy;
