@@ -1,8 +1,8 @@
-import { type Logger, pino } from "pino";
+import { type DestinationStream, type Logger, pino } from "pino";
 
 export type { Logger };
 
-/** Correlation keys that every log line may carry so one trajectory or version can be followed across roles. */
+/** Correlation keys that log lines carry so one trajectory or version can be followed across roles. */
 export interface LogContext {
   role?: string;
   experimentId?: string;
@@ -12,10 +12,15 @@ export interface LogContext {
 }
 
 /**
- * JSON-lines logger on stderr (stdout stays free for command output).
- * Level from AGENTRL_LOG_LEVEL (default `info`; tests default to `warn`).
+ * JSON-lines logger on stderr (stdout stays free for command output). Correlation keys given
+ * here, or later through `logger.child({ trajectoryId })`, appear on every line.
+ * Level from AGENTRL_LOG_LEVEL (default `info`; under vitest `warn`).
+ * @example createLogger({ role: "trainer", experimentId }).child({ policyVersion: 3 }).info("published")
  */
-export function createLogger(context: LogContext = {}): Logger {
+export function createLogger(context: LogContext = {}, destination?: DestinationStream): Logger {
   const level = process.env.AGENTRL_LOG_LEVEL ?? (process.env.VITEST ? "warn" : "info");
-  return pino({ level, base: { pid: process.pid, ...context } }, pino.destination(2));
+  return pino(
+    { level, base: { pid: process.pid, ...context }, timestamp: pino.stdTimeFunctions.isoTime },
+    destination ?? pino.destination({ fd: 2, sync: true }),
+  );
 }

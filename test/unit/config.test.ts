@@ -1,0 +1,118 @@
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+import { applyOverride, envOverrides, loadConfig, parseConfig } from "../../shared/config/index.ts";
+import { ValidationError } from "../../shared/errors.ts";
+
+function issuesOf(fn: () => unknown): Array<{ path: string; message: string }> {
+  try {
+    fn();
+  } catch (error) {
+    if (error instanceof ValidationError) return [...error.issues];
+    throw error;
+  }
+  throw new Error("expected a ValidationError");
+}
+
+describe("experiment config", () => {
+  it("fills every default from an empty object", () => {
+    const config = parseConfig({});
+    expect(config.experimentId).toBe("default");
+    expect(config.transport.kind).toBe("local");
+    expect(config.rollout.groupSize).toBe(8);
+    expect(config.rollout.crossPolicy.staleProbability).toBe(0.25);
+    expect(config.trainer.clipLow).toBe(0.2);
+    expect(config.trainer.dualClip).toBe(3);
+    expect(config.trainer.klCoef).toBe(1e-4);
+    expect(config.tasks.mix.map((t) => t.name)).toEqual(["alfworld", "db", "kg", "os", "webshop"]);
+    expect(config.policy.model.dModel % config.policy.model.heads).toBe(0);
+  });
+
+  it("rejects unknown keys at their own path", () => {
+    const issues = issuesOf(() => parseConfig({ trainer: { learningRate: 1e-3, lerningRate: 1 } }));
+    expect(issues).toEqual([{ path: "trainer.lerningRate", message: "unknown field (not allowed here)" }]);
+  });
+
+  it("names the failing field and the allowed range", () => {
+    const issues = issuesOf(() => parseConfig({ rollout: { groupSize: 1 } }));
+    expect(issues[0]?.path).toBe("rollout.groupSize");
+    expect(issues[0]?.message).toMatch(/>=2/);
+  });
+
+  it("rejects invalid combinations", () => {
+    const paths = issuesOf(() =>
+      parseConfig({
+        rollout: {
+          crossPolicy: { staleProbability: 0.8, external: [{ url: "http://x:1/v1", model: "m", probability: 0.5 }] },
+        },
+        policy: { model: { dModel: 130, heads: 4 } },
+      }),
+    ).map((i) => i.path);
+    expect(paths).toContain("rollout.crossPolicy");
+    expect(paths).toContain("policy.model.dModel");
+  });
+
+  it("rejects a task listed twice in the mix", () => {
+    const issues = issuesOf(() => parseConfig({ tasks: { mix: [{ name: "db" }, { name: "db" }] } }));
+    expect(issues[0]?.path).toBe("tasks.mix[1].name");
+  });
+
+  it("applies environment overrides, then --set overrides, as YAML scalars", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "agentrl-config-"));
+    const file = join(dir, "exp.yaml");
+    writeFileSync(file, "experimentId: sweep-1\ntrainer:\n  maxSteps: 3\n");
+    const config = await loadConfig(file, {
+      env: { AGENTRL__trainer__maxSteps: "9", AGENTRL__trainer__taskAdvantageNorm: "false" },
+      overrides: ["rollout.groupSize=4"],
+    });
+    expect(config.experimentId).toBe("sweep-1");
+    expect(config.trainer.maxSteps).toBe(9);
+    expect(config.trainer.taskAdvantageNorm).toBe(false);
+    expect(config.rollout.groupSize).toBe(4);
+  });
+
+  it("collects only AGENTRL__ variables", () => {
+    expect(envOverrides({ AGENTRL__a__b: "1", OTHER: "2" })).toEqual(["a.b=1"]);
+  });
+
+  it("refuses an override through a scalar", () => {
+    const target: Record<string, unknown> = { trainer: 3 };
+    expect(() => applyOverride(target, "trainer.maxSteps=2")).toThrow(ValidationError);
+    expect(() => applyOverride(target, "noequals")).toThrow(/path=value/);
+  });
+
+  it("reports unreadable and malformed files", async () => {
+    await expect(loadConfig("/nonexistent/exp.yaml")).rejects.toThrow(/cannot read/);
+    const dir = mkdtempSync(join(tmpdir(), "agentrl-config-"));
+    writeFileSync(join(dir, "list.yaml"), "- 1\n- 2\n");
+    await expect(loadConfig(join(dir, "list.yaml"))).rejects.toThrow(/must hold a mapping/);
+  });
+});
+
+describe("agentrl config validate", () => {
+  const cli = (args: string[]) => spawnSync(process.execPath, ["bin/agentrl.mjs", ...args], { encoding: "utf8" });
+
+  it("exits 2 with one line naming the field on a bad config", () => {
+    const dir = mkdtempSync(join(tmpdir(), "agentrl-cli-"));
+    const file = join(dir, "bad.yaml");
+    writeFileSync(file, "trainer:\n  estimator: ppo\n");
+    const result = cli(["config", "validate", file]);
+    expect(result.status).toBe(2);
+    const lines = result.stderr.trim().split("\n");
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatch(/^agentrl: invalid config: trainer\.estimator: .*"grpo"/);
+  });
+
+  it("accepts a good config and prints the resolved one", () => {
+    const dir = mkdtempSync(join(tmpdir(), "agentrl-cli-"));
+    const file = join(dir, "ok.json");
+    writeFileSync(file, JSON.stringify({ trainer: { maxSteps: 2 } }));
+    const result = cli(["config", "validate", file, "--print", "--set", "seed=7"]);
+    expect(result.status).toBe(0);
+    const resolved = JSON.parse(result.stdout) as { seed: number; trainer: { maxSteps: number } };
+    expect(resolved.seed).toBe(7);
+    expect(resolved.trainer.maxSteps).toBe(2);
+  });
+});
