@@ -66,3 +66,91 @@ export type Heartbeat = z.infer<typeof Heartbeat>;
 
 export const WorkerState = z.enum(["ALIVE", "COMA", "DEAD"]);
 export type WorkerState = z.infer<typeof WorkerState>;
+
+/**
+ * Header that carries the session id: set by the controller on the start_sample answer, sent by
+ * the trainer on interact and cancel. HTTP header names are case-insensitive (Go's controller
+ * writes `Session_id`); Node lowercases them, so this spelling matches both.
+ */
+export const SESSION_ID_HEADER = "session_id";
+
+/** A session id as it travels in the `session_id` header (decimal text of a non-negative integer). */
+export const SessionIdHeader = z
+  .string({ error: "missing header session_id" })
+  .regex(/^\d+$/, "session_id must be a non-negative integer")
+  .transform((text) => Number(text))
+  .pipe(z.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER));
+
+/** Controller: POST /api/cancel; AgentRL sends the id in the header, AgentBench v0.2 in the body. */
+export const ControllerCancel = z.object({ session_id: z.number().int().nonnegative().optional() });
+
+/** POST /api/calculate_overall (controller: `name` picks the task; a worker ignores it). */
+export const CalculateOverall = z.object({
+  name: z.string().min(1).optional(),
+  results: z.array(
+    z.looseObject({
+      status: SampleStatus.optional(),
+      reward: z.number().optional(),
+      metrics: Metrics.optional(),
+    }),
+  ),
+});
+export type CalculateOverall = z.infer<typeof CalculateOverall>;
+
+/** Answer of calculate_overall: aggregate success and reward over finished samples. */
+export const OverallResult = z.object({
+  total: z.number().int(),
+  success_rate: z.number(),
+  average_reward: z.number(),
+  status_counts: z.record(z.string(), z.number().int()),
+});
+export type OverallResult = z.infer<typeof OverallResult>;
+
+/** Worker: GET /api/worker_status. */
+export const WorkerStatusResponse = z.object({
+  name: z.string(),
+  concurrency: z.number().int(),
+  current: z.number().int(),
+});
+export type WorkerStatusResponse = z.infer<typeof WorkerStatusResponse>;
+
+/** Worker: GET /api/get_sessions -> `{ "<session_id>": index }` (AgentBench shape). */
+export const WorkerSessions = z.record(z.string(), z.number().int());
+export type WorkerSessions = z.infer<typeof WorkerSessions>;
+
+/** Controller: one worker as GET /api/list_workers reports it. */
+export const WorkerInfo = z.object({
+  id: z.number().int(),
+  address: z.string(),
+  capacity: z.number().int(),
+  current: z.number().int(),
+  last_visit: z.number(),
+  status: WorkerState,
+});
+export type WorkerInfo = z.infer<typeof WorkerInfo>;
+
+/** Controller: GET /api/list_workers -> `{ "<task>": { indices, workers: { "<id>": WorkerInfo } } }`. */
+export const ListWorkersResponse = z.record(
+  z.string(),
+  z.object({ indices: z.array(z.number().int()), workers: z.record(z.string(), WorkerInfo) }),
+);
+export type ListWorkersResponse = z.infer<typeof ListWorkersResponse>;
+
+/** Controller: one session as GET /api/list_sessions reports it. */
+export const SessionInfo = z.object({
+  name: z.string(),
+  index: z.number().int(),
+  start: z.number(),
+  last_update: z.number(),
+  worker_id: z.number().int(),
+});
+export type SessionInfo = z.infer<typeof SessionInfo>;
+
+/** Error body of every 4xx/5xx answer; `issues` name the failing fields of a 400. */
+export const ErrorBody = z.looseObject({
+  error: z.string(),
+  issues: z.array(z.object({ path: z.string(), message: z.string() })).optional(),
+  /** Set on 502 answers: why the session is gone (`worker_lost`, `session_lost`). */
+  reason: z.string().optional(),
+});
+export type ErrorBody = z.infer<typeof ErrorBody>;
