@@ -1,3 +1,4 @@
 export * from "./envApi.ts";
 export * from "./messages.ts";
+export * from "./metrics.ts";
 export * from "./openai.ts";

@@ -1,0 +1,109 @@
+import { type ChildProcess, spawn } from "node:child_process";
+import { createWriteStream, mkdirSync, type WriteStream } from "node:fs";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+/** The package entry every role process starts from. */
+export const AGENTRL_BIN = fileURLToPath(new URL("../../bin/agentrl.mjs", import.meta.url));
+
+export interface RoleSpec {
+  /** Unique name; also the log file name (`logs/<name>.log`). */
+  readonly name: string;
+  /** Arguments after `agentrl`, e.g. ["controller", "--port", "5020"]. */
+  readonly args: readonly string[];
+  readonly env?: Readonly<Record<string, string>>;
+  /** A role whose exit ends the run (the trainer); others exiting early is a failure. */
+  readonly primary?: boolean;
+}
+
+export interface RoleExit {
+  readonly name: string;
+  readonly code: number | null;
+  readonly signal: NodeJS.Signals | null;
+}
+
+interface Running {
+  readonly spec: RoleSpec;
+  readonly child: ChildProcess;
+  readonly log: WriteStream;
+  readonly exited: Promise<RoleExit>;
+}
+
+/**
+ * Runs roles as child processes of one machine (the embedded default), each with its output in
+ * `<runDir>/logs/<name>.log`. Stopping sends SIGTERM in reverse start order (producers stop
+ * before the stores they write to), then SIGKILL after a grace period.
+ */
+export class Supervisor {
+  private readonly running: Running[] = [];
+  private stopping = false;
+  private readonly unexpectedExit: Promise<RoleExit>;
+  private reportUnexpected: (exit: RoleExit) => void = () => {};
+
+  constructor(
+    private readonly runDir: string,
+    private readonly baseEnv: NodeJS.ProcessEnv = process.env,
+  ) {
+    mkdirSync(join(runDir, "logs"), { recursive: true });
+    this.unexpectedExit = new Promise((resolve) => {
+      this.reportUnexpected = resolve;
+    });
+  }
+
+  /** Starts a role; its exit while the run is going (non-primary, or primary with an error) is reported by `failure()`. */
+  start(spec: RoleSpec): ChildProcess {
+    if (this.running.some((r) => r.spec.name === spec.name)) throw new Error(`role ${spec.name} already started`);
+    const log = createWriteStream(join(this.runDir, "logs", `${spec.name}.log`), { flags: "a" });
+    const child = spawn(process.execPath, [AGENTRL_BIN, ...spec.args], {
+      env: { ...this.baseEnv, ...spec.env },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    child.stdout?.pipe(log, { end: false });
+    child.stderr?.pipe(log, { end: false });
+    const exited = new Promise<RoleExit>((resolve) => {
+      child.once("exit", (code, signal) => {
+        const exit = { name: spec.name, code, signal };
+        if (!this.stopping && !(spec.primary && code === 0)) this.reportUnexpected(exit);
+        resolve(exit);
+      });
+    });
+    this.running.push({ spec, child, log, exited });
+    return child;
+  }
+
+  /** Resolves when a role exits on its own (a crash, or a failed primary): the run cannot go on. */
+  failure(): Promise<RoleExit> {
+    return this.unexpectedExit;
+  }
+
+  /** Resolves when the named role exits. */
+  exitOf(name: string): Promise<RoleExit> {
+    const role = this.running.find((r) => r.spec.name === name);
+    if (!role) throw new Error(`no role ${name}`);
+    return role.exited;
+  }
+
+  /** Stops every role (idempotent): SIGTERM in reverse order, SIGKILL after `graceMs`. */
+  async stopAll(graceMs = 5_000): Promise<RoleExit[]> {
+    this.stopping = true;
+    const exits: RoleExit[] = [];
+    for (const role of [...this.running].reverse()) {
+      if (role.child.exitCode === null && role.child.signalCode === null) role.child.kill("SIGTERM");
+      const timer = setTimeout(() => role.child.kill("SIGKILL"), graceMs);
+      exits.push(await role.exited);
+      clearTimeout(timer);
+      role.log.end();
+    }
+    return exits;
+  }
+}
+
+/** Polls `probe` until it returns true or `timeoutMs` passes. */
+export async function waitFor(what: string, probe: () => Promise<boolean>, timeoutMs = 60_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (await probe().catch(() => false)) return;
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}

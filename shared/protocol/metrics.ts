@@ -1,0 +1,39 @@
+import { z } from "zod";
+
+/**
+ * One line of a run's metrics.jsonl, written by the trainer after every step. Metric names are
+ * namespaced (`loss/policy`, `policy/clip_frac`, `rollout/stale_dropped`, `task/<name>/success`,
+ * `staleness/<k>` = tokens that were k versions old, `throughput/trajectories_per_s`).
+ */
+export const StepMetrics = z.object({
+  schemaVersion: z.literal(1),
+  experimentId: z.string(),
+  step: z.number().int().nonnegative(),
+  /** Policy version published by this step. */
+  version: z.number().int().nonnegative(),
+  time: z.string(),
+  elapsedSeconds: z.number().nonnegative(),
+  metrics: z.record(z.string(), z.number()),
+});
+export type StepMetrics = z.infer<typeof StepMetrics>;
+
+/** Per-task success table of one policy on one split (`agentrl eval`). */
+export const EvalReport = z.object({
+  schemaVersion: z.literal(1),
+  policy: z.string(),
+  split: z.enum(["train", "test"]),
+  createdAt: z.string(),
+  tasks: z.array(
+    z.object({
+      task: z.string(),
+      episodes: z.number().int().nonnegative(),
+      success: z.number().min(0).max(1),
+      meanReward: z.number(),
+      meanTurns: z.number().nonnegative(),
+      statuses: z.record(z.string(), z.number().int().nonnegative()),
+    }),
+  ),
+  /** Unweighted mean of the per-task success rates (as the reference's "avg" column). */
+  averageSuccess: z.number().min(0).max(1),
+});
+export type EvalReport = z.infer<typeof EvalReport>;

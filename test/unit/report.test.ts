@@ -1,0 +1,80 @@
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+import { evalTableMarkdown, readMetrics, renderReport, stalenessHistogram, tasksIn } from "../../cli/report/report.ts";
+import type { EvalReport, StepMetrics } from "../../shared/protocol/metrics.ts";
+
+const record = (step: number, metrics: Record<string, number>): StepMetrics => ({
+  schemaVersion: 1,
+  experimentId: "exp",
+  step,
+  version: step + 1,
+  time: new Date(0).toISOString(),
+  elapsedSeconds: step * 10,
+  metrics,
+});
+
+const evalReport = (policy: string, db: number, kg: number): EvalReport => ({
+  schemaVersion: 1,
+  policy,
+  split: "test",
+  createdAt: new Date(0).toISOString(),
+  tasks: [
+    { task: "db", episodes: 10, success: db, meanReward: db, meanTurns: 3, statuses: { completed: 10 } },
+    { task: "kg", episodes: 10, success: kg, meanReward: kg, meanTurns: 4, statuses: { completed: 10 } },
+  ],
+  averageSuccess: (db + kg) / 2,
+});
+
+describe("run report", () => {
+  const records = [
+    record(0, { "task/db/success": 0.25, "task/kg/success": 0.5, "staleness/0": 100, "staleness/1": 20 }),
+    record(1, { "task/db/success": 0.5, "task/kg/success": 0.5, "staleness/0": 80, "staleness/2": 5 }),
+  ];
+
+  it("finds tasks and sums the staleness histogram over steps", () => {
+    expect(tasksIn(records)).toEqual(["db", "kg"]);
+    expect(stalenessHistogram(records)).toEqual([
+      ["0", 180],
+      ["1", 20],
+      ["2", 5],
+    ]);
+  });
+
+  it("lays the success table out like the reference (percent, avg column)", () => {
+    const table = evalTableMarkdown([evalReport("v0 (base)", 0.1, 0.3), evalReport("v5", 0.4, 0.6)]);
+    expect(table.split("\n")).toEqual([
+      "| policy | db | kg | avg |",
+      "|---|---|---|---|",
+      "| v0 (base) | 10.0 | 30.0 | 20.0 |",
+      "| v5 | 40.0 | 60.0 | 50.0 |",
+    ]);
+  });
+
+  it("renders charts per task, the staleness histogram and escapes text", () => {
+    const html = renderReport({
+      title: "run <1>",
+      records,
+      evals: [evalReport("v1", 0.5, 0.5)],
+      facts: [["steps", "2"]],
+    });
+    expect(html).toContain("run &#60;1&#62;");
+    expect(html.match(/<svg/g)?.length).toBe(5);
+    expect(html).toContain(">db</text>");
+    expect(html).toContain("Staleness of trained tokens");
+  });
+
+  it("says so when nothing was recorded", () => {
+    const html = renderReport({ title: "empty", records: [], evals: [], facts: [] });
+    expect(html).toContain("No trainer steps were recorded.");
+    expect(html).toContain("No evaluation was run.");
+  });
+
+  it("reports a malformed metrics line with its number", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "agentrl-report-"));
+    const file = join(dir, "metrics.jsonl");
+    writeFileSync(file, `${JSON.stringify(records[0])}\n{"step": "x"}\n`);
+    await expect(readMetrics(file)).rejects.toThrow(/line 2/);
+  });
+});
