@@ -4,7 +4,9 @@ import type { TaskModule } from "../shared/env/task.ts";
  * Every task this build can serve, loaded lazily so that a worker loads only its own task.
  * Add one line per task: `name: () => import("./name/index.ts").then((m) => m.taskModule),`
  */
-export const TASK_MODULES: Readonly<Record<string, () => Promise<TaskModule>>> = {};
+export const TASK_MODULES: Readonly<Record<string, () => Promise<TaskModule>>> = {
+  example: () => import("./example/index.ts").then((m) => m.taskModule),
+};
 
 export async function loadTaskModule(name: string): Promise<TaskModule> {
   const load = TASK_MODULES[name];
