@@ -1,5 +1,6 @@
 import type { Command } from "commander";
 import { loadConfig } from "../../shared/config/index.ts";
+import { configReferenceMarkdown } from "../../shared/config/reference.ts";
 
 export function register(program: Command): void {
   const config = program.command("config").description("inspect and validate experiment configs");
@@ -13,5 +14,11 @@ export function register(program: Command): void {
       const resolved = await loadConfig(file, { overrides: options.set });
       if (options.print) process.stdout.write(`${JSON.stringify(resolved, null, 2)}\n`);
       else process.stdout.write(`${file}: valid (experiment ${resolved.experimentId})\n`);
+    });
+  config
+    .command("docs")
+    .description("print the configuration reference (every field, its default and allowed values) as Markdown")
+    .action(() => {
+      process.stdout.write(configReferenceMarkdown());
     });
 }

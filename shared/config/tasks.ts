@@ -20,7 +20,8 @@ export const TasksConfig = z
     mix: z
       .array(TaskMixEntry)
       .min(1)
-      .default(TASK_NAMES.map((name) => TaskMixEntry.parse({ name }))),
+      .default(TASK_NAMES.map((name) => TaskMixEntry.parse({ name })))
+      .describe("tasks trained together and their shares (default: all five, equal weights)"),
     controllerPort: z.number().int().min(1).max(65_535).default(5020).describe("controller port"),
     /** Use an already running controller instead of starting one. */
     controllerUrl: z.string().url().optional().describe("external controller URL"),
