@@ -23,6 +23,9 @@ export interface ReceiveOptions {
   visibilityTimeoutSeconds?: number;
 }
 
+/** Reason of a dead letter whose deliveries ran out without a `fail` (e.g. its consumers crashed). */
+export const MAX_RECEIVE_COUNT_EXCEEDED = "maxReceiveCount exceeded";
+
 export interface DeadLetter {
   readonly id: string;
   readonly body: string;

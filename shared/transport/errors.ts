@@ -1,0 +1,39 @@
+import { AgentRlError } from "../errors.ts";
+
+/** Base class of every error a transport raises on purpose (bad key, stale receipt, missing resource). */
+export class TransportError extends AgentRlError {
+  override readonly name: string = "TransportError";
+}
+
+/**
+ * An object key (or list prefix) that is not allowed: empty, absolute, with `..`/`.`/empty segments,
+ * a backslash or a NUL. Both implementations reject the same keys, so a key that works locally
+ * works on S3 and can never escape the local store's directory.
+ */
+export class InvalidObjectKeyError extends TransportError {
+  override readonly name = "InvalidObjectKeyError";
+  constructor(
+    readonly key: string,
+    reason: string,
+  ) {
+    super(
+      `invalid object key ${JSON.stringify(key)}: ${reason} (allowed: relative '/'-separated segments, no '.', '..' or empty segments, no '\\' or NUL, at most 1024 bytes)`,
+    );
+  }
+}
+
+/**
+ * A receipt handle that no longer names an in-flight delivery (the message was deleted, failed or
+ * redelivered to someone else). Raised by `changeVisibility`; `delete` and `fail` ignore stale handles.
+ */
+export class ReceiptHandleError extends TransportError {
+  override readonly name = "ReceiptHandleError";
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+  }
+}
+
+/** A queue or bucket the transport needs does not exist (run `ensureResources()` or deploy the stack). */
+export class MissingResourceError extends TransportError {
+  override readonly name = "MissingResourceError";
+}

@@ -1,0 +1,40 @@
+/**
+ * Entry point of the transports: `createTransport(config)` picks the embedded (`local`) or the
+ * SQS/S3 (`aws`) implementation; both honour the same contracts (see types.ts).
+ */
+import type { TransportConfig } from "../config/transport.ts";
+import type { Transport } from "./types.ts";
+
+export * from "./errors.ts";
+export * from "./types.ts";
+export { QUEUE_LIMITS } from "./validate.ts";
+
+/** Options of createTransport beyond the experiment config. */
+export interface CreateTransportOptions {
+  /**
+   * aws only: create missing queues (with DLQ + redrive) and buckets first.
+   * @default true when `config.endpoint` is set (moto, LocalStack), false for real AWS (the CDK stack owns them)
+   */
+  readonly ensureResources?: boolean;
+}
+
+/**
+ * Opens the transport the config names. Implementations load lazily, so the embedded default
+ * never loads the AWS SDK and the aws transport never opens SQLite.
+ * @example
+ * const transport = await createTransport(config.transport);
+ * await transport.queue("rollout-requests").send(JSON.stringify(request));
+ */
+export async function createTransport(
+  config: TransportConfig,
+  options: CreateTransportOptions = {},
+): Promise<Transport> {
+  if (config.kind === "local") {
+    const { LocalTransport } = await import("./local.ts");
+    return new LocalTransport(config);
+  }
+  const { AwsTransport } = await import("./aws.ts");
+  const transport = new AwsTransport(config);
+  if (options.ensureResources ?? config.endpoint !== undefined) await transport.ensureResources();
+  return transport;
+}
