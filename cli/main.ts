@@ -7,6 +7,8 @@ import { AgentRlError, ValidationError } from "../shared/errors.ts";
  */
 const COMMANDS: ReadonlyArray<() => Promise<{ register(program: Command): void }>> = [
   () => import("./commands/config.ts"),
+  () => import("./commands/controller.ts"),
+  () => import("./commands/env.ts"),
 ];
 
 async function main(argv: string[]): Promise<void> {

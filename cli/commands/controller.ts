@@ -1,0 +1,58 @@
+import { type Command, InvalidArgumentError } from "commander";
+
+/** `agentrl controller`: the AgentRL-compatible environment controller (default port 5020). */
+export function register(program: Command): void {
+  program
+    .command("controller")
+    .description("run the environment controller (AgentRL / AgentBench FC API under /api)")
+    .option("--port <n>", "port to listen on (0 picks a free one)", intOption("--port", 0, 65535), 5020)
+    .option("--host <host>", "interface to listen on", "127.0.0.1")
+    .option(
+      "--heartbeat-timeout-ms <n>",
+      "a worker with an older heartbeat is COMA",
+      intOption("--heartbeat-timeout-ms", 1),
+      11_000,
+    )
+    .option("--session-idle-ms <n>", "cancel sessions idle for this long", intOption("--session-idle-ms", 1), 240_000)
+    .option(
+      "--worker-timeout-ms <n>",
+      "timeout of start_sample/interact calls to workers",
+      intOption("--worker-timeout-ms", 1),
+      240_000,
+    )
+    .action(
+      async (options: {
+        port: number;
+        host: string;
+        heartbeatTimeoutMs: number;
+        sessionIdleMs: number;
+        workerTimeoutMs: number;
+      }) => {
+        const { startController } = await import("../../functions/controller/controller.ts");
+        const running = await startController({
+          port: options.port,
+          host: options.host,
+          heartbeatTimeoutMs: options.heartbeatTimeoutMs,
+          forgetAfterMs: Math.max(35_000, options.heartbeatTimeoutMs * 3),
+          sessionIdleTimeoutMs: options.sessionIdleMs,
+          workerTimeoutMs: options.workerTimeoutMs,
+        });
+        process.stdout.write(`${JSON.stringify({ event: "listening", role: "controller", url: running.url })}\n`);
+        const stop = () => void running.close().then(() => process.exit(0));
+        process.once("SIGINT", stop);
+        process.once("SIGTERM", stop);
+      },
+    );
+}
+
+/** Commander parser for an integer option in [min, max]; failures name the option and the range. */
+export function intOption(flag: string, min: number, max = Number.MAX_SAFE_INTEGER): (value: string) => number {
+  return (value: string) => {
+    const n = Number(value);
+    if (!/^-?\d+$/.test(value.trim()) || !Number.isSafeInteger(n) || n < min || n > max) {
+      const range = max === Number.MAX_SAFE_INTEGER ? `an integer >= ${min}` : `an integer in [${min}, ${max}]`;
+      throw new InvalidArgumentError(`${flag} must be ${range}, got "${value}"`);
+    }
+    return n;
+  };
+}

@@ -1,0 +1,121 @@
+import { type Command, InvalidArgumentError } from "commander";
+import { AgentRlError } from "../../shared/errors.ts";
+import { intOption } from "./controller.ts";
+
+/** `agentrl env serve|check`: run a task worker, or check a task with its scripted agents. */
+export function register(program: Command): void {
+  const env = program.command("env").description("environment task workers");
+
+  env
+    .command("serve")
+    .description("serve one task as an AgentRL task worker that registers with the controller")
+    .argument("<task>", "task name from env-images/registry.ts")
+    .requiredOption("--controller <url>", "controller URL, e.g. http://127.0.0.1:5020", urlOption("--controller"))
+    .option("--port <n>", "port to listen on (0 picks a free one)", intOption("--port", 0, 65535), 0)
+    .option("--host <host>", "interface to listen on", "127.0.0.1")
+    .option(
+      "--address <url>",
+      "address announced to the controller (default http://<host>:<port>/api)",
+      urlOption("--address"),
+    )
+    .option("--concurrency <n>", "sessions served at once (more answer 406)", intOption("--concurrency", 1), 32)
+    .option("--idle-timeout-ms <n>", "cancel sessions idle for this long", intOption("--idle-timeout-ms", 1), 240_000)
+    .option("--heartbeat-ms <n>", "heartbeat period", intOption("--heartbeat-ms", 10), 8_000)
+    .action(
+      async (
+        name: string,
+        options: {
+          controller: string;
+          port: number;
+          host: string;
+          address?: string;
+          concurrency: number;
+          idleTimeoutMs: number;
+          heartbeatMs: number;
+        },
+      ) => {
+        const module = await loadTask(name);
+        const { serveTask } = await import("../../shared/env/worker.ts");
+        const worker = await serveTask(module, {
+          port: options.port,
+          host: options.host,
+          controllerUrl: options.controller,
+          concurrency: options.concurrency,
+          idleTimeoutMs: options.idleTimeoutMs,
+          heartbeatMs: options.heartbeatMs,
+          address: options.address,
+        });
+        process.stdout.write(
+          `${JSON.stringify({ event: "listening", role: "env-worker", task: name, url: worker.url, address: worker.address })}\n`,
+        );
+        const stop = () => void worker.close().then(() => process.exit(0));
+        process.once("SIGINT", stop);
+        process.once("SIGTERM", stop);
+      },
+    );
+
+  env
+    .command("check")
+    .description("run the task's expert and random agents over the first N indices of a split")
+    .argument("<task>", "task name from env-images/registry.ts")
+    .option("--split <split>", "train or test", splitOption, "test")
+    .option("--n <n>", "number of indices (from the start of the split)", intOption("--n", 1), 20)
+    .action(async (name: string, options: { split: "train" | "test"; n: number }) => {
+      const module = await loadTask(name);
+      const { runScripted } = await import("../../shared/env/session.ts");
+      const range = module.task.splits[options.split];
+      const count = Math.min(options.n, range.end - range.start);
+      const lines: string[] = [];
+      let failed = false;
+      for (const agent of [module.expert, module.random]) {
+        let successes = 0;
+        let rewardSum = 0;
+        let turnSum = 0;
+        const statuses: Record<string, number> = {};
+        for (let index = range.start; index < range.start + count; index++) {
+          const run = await runScripted(module.task, index, agent);
+          if (run.status === "completed" && run.reward > 0) successes += 1;
+          rewardSum += run.reward;
+          turnSum += run.turns;
+          statuses[run.status] = (statuses[run.status] ?? 0) + 1;
+        }
+        const rate = count ? successes / count : 0;
+        if (agent === module.expert && rate === 0) failed = true;
+        lines.push(
+          `${name} ${options.split}[${range.start}..${range.start + count}) ${agent.name}: success ${(100 * rate).toFixed(1)}% ` +
+            `(${successes}/${count}), avg reward ${(rewardSum / count).toFixed(3)}, avg turns ${(turnSum / count).toFixed(2)}, ` +
+            `statuses ${JSON.stringify(statuses)}`,
+        );
+      }
+      process.stdout.write(`${lines.join("\n")}\n`);
+      if (failed) throw new AgentRlError(`the expert agent of ${name} solved none of the ${count} instances`);
+    });
+}
+
+async function loadTask(name: string) {
+  const { TASK_MODULES } = await import("../../env-images/registry.ts");
+  const load = TASK_MODULES[name];
+  if (!load)
+    throw new AgentRlError(
+      `unknown task "${name}"; available: ${Object.keys(TASK_MODULES).sort().join(", ") || "none"}`,
+    );
+  return load();
+}
+
+function splitOption(value: string): "train" | "test" {
+  if (value !== "train" && value !== "test")
+    throw new InvalidArgumentError(`--split must be train or test, got "${value}"`);
+  return value;
+}
+
+function urlOption(flag: string): (value: string) => string {
+  return (value: string) => {
+    try {
+      const url = new URL(value);
+      if (url.protocol !== "http:" && url.protocol !== "https:") throw new Error("not http");
+      return value;
+    } catch {
+      throw new InvalidArgumentError(`${flag} must be an http(s) URL, got "${value}"`);
+    }
+  };
+}
