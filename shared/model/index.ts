@@ -1,0 +1,20 @@
+/** The policy model: backend selection, transformer, KV-cache decoder, checkpoints. */
+export {
+  type BackendInfo,
+  type BackendPreference,
+  BackendUnavailableError,
+  backendInfo,
+  initBackend,
+} from "./backend.ts";
+export { DecoderError, KvDecoder } from "./decoder.ts";
+export { logProbOf } from "./ops.ts";
+export {
+  type CreatePolicyOptions,
+  createPolicy,
+  DEFAULT_OPTIMIZER,
+  ModelInputError,
+  type OptimizerOptions,
+  parameterShapes,
+  TransformerPolicy,
+} from "./transformer.ts";
+export type { Decoder, InferencePolicy, TrainablePolicy } from "./types.ts";

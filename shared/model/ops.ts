@@ -1,0 +1,455 @@
+import * as tf from "@tensorflow/tfjs";
+
+/**
+ * Fused transformer ops with hand-written gradients, shaped by what is fast on the wasm backend
+ * (design.md "TF.js notes"): matMul only in its plain 2-D form (gradients transpose explicitly),
+ * embedding lookup without tf.gather's missing gradient, no slice/split gradients (pads of the
+ * whole input), no broadcasting; element-wise work (RMSNorm, SwiGLU, rotary, softmax-loss) runs as
+ * plain loops over the tensor's data, which on wasm is a memcpy away.
+ */
+
+/** Static sizes every op needs. */
+export interface Dims {
+  readonly dModel: number;
+  readonly heads: number;
+  readonly kvHeads: number;
+  readonly headDim: number;
+  /** Columns of the fused q|k|v projection: (heads + 2·kvHeads)·headDim. */
+  readonly qkvWidth: number;
+  readonly ffnHidden: number;
+  readonly vocabSize: number;
+  readonly normEps: number;
+}
+
+/** cos/sin of position·θ^(−2i/headDim), [contextLength, headDim/2], shared by training and decoding. */
+export class RotaryTable {
+  readonly cos: Float32Array;
+  readonly sin: Float32Array;
+  readonly half: number;
+  constructor(
+    readonly positions: number,
+    headDim: number,
+    theta: number,
+  ) {
+    this.half = headDim / 2;
+    this.cos = new Float32Array(positions * this.half);
+    this.sin = new Float32Array(positions * this.half);
+    for (let p = 0; p < positions; p++) {
+      for (let i = 0; i < this.half; i++) {
+        const angle = p * theta ** ((-2 * i) / headDim);
+        this.cos[p * this.half + i] = Math.cos(angle);
+        this.sin[p * this.half + i] = Math.sin(angle);
+      }
+    }
+  }
+
+  /** Rotates `count` consecutive heads starting at buf[offset] for position `pos` (Llama rotate_half convention). */
+  rotate(buf: Float32Array, offset: number, count: number, pos: number): void {
+    const half = this.half;
+    const base = pos * half;
+    for (let h = 0; h < count; h++) {
+      const o = offset + h * 2 * half;
+      for (let i = 0; i < half; i++) {
+        const c = this.cos[base + i]!;
+        const s = this.sin[base + i]!;
+        const a = buf[o + i]!;
+        const b = buf[o + i + half]!;
+        buf[o + i] = a * c - b * s;
+        buf[o + i + half] = b * c + a * s;
+      }
+    }
+  }
+
+  /** The transpose (inverse) rotation, for gradients. */
+  unrotate(buf: Float32Array, offset: number, count: number, pos: number): void {
+    const half = this.half;
+    const base = pos * half;
+    for (let h = 0; h < count; h++) {
+      const o = offset + h * 2 * half;
+      for (let i = 0; i < half; i++) {
+        const c = this.cos[base + i]!;
+        const s = this.sin[base + i]!;
+        const a = buf[o + i]!;
+        const b = buf[o + i + half]!;
+        buf[o + i] = a * c + b * s;
+        buf[o + i + half] = b * c - a * s;
+      }
+    }
+  }
+}
+
+function data(t: tf.Tensor): Float32Array {
+  return t.dataSync() as Float32Array;
+}
+
+type Forward<T extends tf.Tensor> = (save: tf.GradSaveFunc) => {
+  value: T;
+  gradFunc: (dy: T, saved: tf.Tensor[]) => tf.Tensor | tf.Tensor[];
+};
+
+/** tf.customGrad with the inputs captured by `forward`; the gradient returns one tensor per input, in order. */
+function customOp<T extends tf.Tensor>(inputs: tf.Tensor[], forward: Forward<T>): T {
+  const op = tf.customGrad<T>((...args) => forward(args[args.length - 1] as tf.GradSaveFunc));
+  return op(...inputs);
+}
+
+/** Embedding rows for `ids` ([N] → [N, d]); the gradient scatter-adds rows in JS. */
+export function embed(table: tf.Tensor2D, ids: Int32Array): tf.Tensor2D {
+  const [vocab, width] = table.shape;
+  return customOp([table], () => {
+    const value = tf.tidy(() => tf.gather(table, tf.tensor1d(ids, "int32"))) as tf.Tensor2D;
+    const gradFunc = (dy: tf.Tensor) => {
+      const g = data(dy);
+      const out = new Float32Array(vocab * width);
+      for (let n = 0; n < ids.length; n++) {
+        const src = n * width;
+        const dst = ids[n]! * width;
+        for (let j = 0; j < width; j++) out[dst + j]! += g[src + j]!;
+      }
+      return tf.tensor2d(out, [vocab, width]);
+    };
+    return { value, gradFunc };
+  });
+}
+
+/** x·W with a gradient that transposes explicitly (matMul's transposeA/B is 10–20× slower on wasm). */
+export function linear(x: tf.Tensor2D, w: tf.Tensor2D): tf.Tensor2D {
+  return customOp([x, w], (save) => {
+    save([x, w]);
+    const value = tf.matMul(x, w) as tf.Tensor2D;
+    const gradFunc = (dy: tf.Tensor, saved: tf.Tensor[]) => {
+      const [xs, ws] = saved as [tf.Tensor2D, tf.Tensor2D];
+      const dx = tf.tidy(() => tf.matMul(dy as tf.Tensor2D, tf.transpose(ws)));
+      const dw = tf.tidy(() => tf.matMul(tf.transpose(xs), dy as tf.Tensor2D));
+      return [dx, dw];
+    };
+    return { value, gradFunc };
+  });
+}
+
+/** y = x / rms(x) · g over rows of a [N, d] buffer (plain arrays; shared with the decoder). */
+export function rmsNormForward(
+  x: Float32Array,
+  g: Float32Array,
+  rows: number,
+  width: number,
+  eps: number,
+): Float32Array {
+  const y = new Float32Array(rows * width);
+  for (let n = 0; n < rows; n++) {
+    const o = n * width;
+    let ss = 0;
+    for (let j = 0; j < width; j++) ss += x[o + j]! * x[o + j]!;
+    const r = 1 / Math.sqrt(ss / width + eps);
+    for (let j = 0; j < width; j++) y[o + j] = x[o + j]! * r * g[j]!;
+  }
+  return y;
+}
+
+/** RMSNorm with learned gain, [N, d] → [N, d]. */
+export function rmsNorm(x: tf.Tensor2D, gain: tf.Tensor1D, eps: number): tf.Tensor2D {
+  const [rows, width] = x.shape;
+  return customOp([x, gain], () => {
+    const xd = data(x);
+    const gd = data(gain);
+    const value = tf.tensor2d(rmsNormForward(xd, gd, rows, width, eps), [rows, width]);
+    const gradFunc = (dy: tf.Tensor) => {
+      const dyd = data(dy);
+      const dx = new Float32Array(rows * width);
+      const dg = new Float64Array(width);
+      for (let n = 0; n < rows; n++) {
+        const o = n * width;
+        let ss = 0;
+        for (let j = 0; j < width; j++) ss += xd[o + j]! * xd[o + j]!;
+        const r = 1 / Math.sqrt(ss / width + eps);
+        // dx_i = r·(dŷ_i) − r³·x_i·Σ_j dŷ_j x_j / d, where dŷ = dy·g.
+        let dot = 0;
+        for (let j = 0; j < width; j++) {
+          dot += dyd[o + j]! * gd[j]! * xd[o + j]!;
+          dg[j]! += dyd[o + j]! * xd[o + j]! * r;
+        }
+        const k = (r * r * r * dot) / width;
+        for (let j = 0; j < width; j++) dx[o + j] = r * dyd[o + j]! * gd[j]! - k * xd[o + j]!;
+      }
+      return [tf.tensor2d(dx, [rows, width]), tf.tensor1d(Float32Array.from(dg))];
+    };
+    return { value, gradFunc };
+  });
+}
+
+/** silu(a)·b for a fused [N, 2F] gate|up buffer → [N, F] (plain arrays; shared with the decoder). */
+export function swigluForward(gu: Float32Array, rows: number, hidden: number): Float32Array {
+  const out = new Float32Array(rows * hidden);
+  for (let n = 0; n < rows; n++) {
+    const o = n * 2 * hidden;
+    for (let j = 0; j < hidden; j++) {
+      const a = gu[o + j]!;
+      out[n * hidden + j] = (a / (1 + Math.exp(-a))) * gu[o + hidden + j]!;
+    }
+  }
+  return out;
+}
+
+/** SwiGLU on the fused gate|up projection, [N, 2F] → [N, F]. */
+export function swiglu(gateUp: tf.Tensor2D): tf.Tensor2D {
+  const [rows, width] = gateUp.shape;
+  const hidden = width / 2;
+  return customOp([gateUp], () => {
+    const gu = data(gateUp);
+    const value = tf.tensor2d(swigluForward(gu, rows, hidden), [rows, hidden]);
+    const gradFunc = (dy: tf.Tensor) => {
+      const dyd = data(dy);
+      const dgu = new Float32Array(rows * width);
+      for (let n = 0; n < rows; n++) {
+        const o = n * width;
+        for (let j = 0; j < hidden; j++) {
+          const a = gu[o + j]!;
+          const b = gu[o + hidden + j]!;
+          const s = 1 / (1 + Math.exp(-a));
+          const g = dyd[n * hidden + j]!;
+          dgu[o + j] = g * b * s * (1 + a * (1 - s));
+          dgu[o + hidden + j] = g * a * s;
+        }
+      }
+      return tf.tensor2d(dgu, [rows, width]);
+    };
+    return { value, gradFunc };
+  });
+}
+
+const causalMasks = new Map<number, Float32Array>();
+/** Additive causal mask [rep·L, L] (rows repeat per query head of a group); cached by shape. */
+function causalMask(length: number, rep: number): Float32Array {
+  const key = length * 1024 + rep;
+  let mask = causalMasks.get(key);
+  if (!mask) {
+    mask = new Float32Array(rep * length * length);
+    for (let r = 0; r < rep; r++)
+      for (let i = 0; i < length; i++) for (let j = i + 1; j < length; j++) mask[(r * length + i) * length + j] = -1e30;
+    if (causalMasks.size > 64) causalMasks.clear();
+    causalMasks.set(key, mask);
+  }
+  return mask;
+}
+
+/** Result of the packed attention forward, kept in plain arrays for the backward pass and the KV cache. */
+export interface AttentionForward {
+  /** [N, heads·headDim] */
+  readonly out: Float32Array;
+  /** q|k|v after rotary, [N, qkvWidth] (k and v rows are what a KV cache stores). */
+  readonly roped: Float32Array;
+  /** Per (sequence, kv head): softmax probabilities [rep·L, L] (only when kept for a gradient). */
+  readonly probs: Float32Array[];
+}
+
+/**
+ * Causal grouped-query attention over packed sequences (rows of sequence b are contiguous,
+ * positions restart at 0). Per (sequence, kv head) the group's query heads are stacked so one
+ * plain 2-D matMul serves them all.
+ */
+export function attentionForward(
+  qkv: Float32Array,
+  seqLens: readonly number[],
+  dims: Dims,
+  rope: RotaryTable,
+  keepProbs: boolean,
+): AttentionForward {
+  const { heads, kvHeads, headDim: hd, qkvWidth: C } = dims;
+  const rep = heads / kvHeads;
+  const rows = qkv.length / C;
+  const roped = Float32Array.from(qkv);
+  let offset = 0;
+  for (const len of seqLens) {
+    for (let t = 0; t < len; t++) rope.rotate(roped, (offset + t) * C, heads + kvHeads, t);
+    offset += len;
+  }
+  const out = new Float32Array(rows * heads * hd);
+  const probs: Float32Array[] = [];
+  const scale = 1 / Math.sqrt(hd);
+  offset = 0;
+  for (const L of seqLens) {
+    const mask = causalMask(L, rep);
+    for (let g = 0; g < kvHeads; g++) {
+      const q = new Float32Array(rep * L * hd);
+      const kt = new Float32Array(hd * L);
+      const v = new Float32Array(L * hd);
+      const kCol = (heads + g) * hd;
+      const vCol = (heads + kvHeads + g) * hd;
+      for (let t = 0; t < L; t++) {
+        const row = (offset + t) * C;
+        for (let r = 0; r < rep; r++) {
+          const qCol = (g * rep + r) * hd;
+          for (let i = 0; i < hd; i++) q[(r * L + t) * hd + i] = roped[row + qCol + i]! * scale;
+        }
+        for (let i = 0; i < hd; i++) {
+          kt[i * L + t] = roped[row + kCol + i]!;
+          v[t * hd + i] = roped[row + vCol + i]!;
+        }
+      }
+      const [p, o] = tf.tidy(() => {
+        const scores = tf.add(
+          tf.matMul(tf.tensor2d(q, [rep * L, hd]), tf.tensor2d(kt, [hd, L])),
+          tf.tensor2d(mask, [rep * L, L]),
+        );
+        const pt = tf.softmax(scores);
+        return [keepProbs ? data(pt) : undefined, data(tf.matMul(pt, tf.tensor2d(v, [L, hd])))];
+      });
+      if (p) probs.push(Float32Array.from(p));
+      for (let r = 0; r < rep; r++) {
+        const col = (g * rep + r) * hd;
+        for (let t = 0; t < L; t++) {
+          const dst = (offset + t) * heads * hd + col;
+          const src = (r * L + t) * hd;
+          for (let i = 0; i < hd; i++) out[dst + i] = o[src + i]!;
+        }
+      }
+    }
+    offset += L;
+  }
+  return { out, roped, probs };
+}
+
+function transposed(m: Float32Array, rows: number, cols: number): Float32Array {
+  const t = new Float32Array(rows * cols);
+  for (let i = 0; i < rows; i++) for (let j = 0; j < cols; j++) t[j * rows + i] = m[i * cols + j]!;
+  return t;
+}
+
+/** Packed causal GQA with rotary positions: fused q|k|v [N, qkvWidth] → [N, heads·headDim]. */
+export function attention(qkv: tf.Tensor2D, seqLens: readonly number[], dims: Dims, rope: RotaryTable): tf.Tensor2D {
+  const { heads, kvHeads, headDim: hd, qkvWidth: C } = dims;
+  const rep = heads / kvHeads;
+  const rows = qkv.shape[0];
+  return customOp([qkv], () => {
+    const fwd = attentionForward(data(qkv), seqLens, dims, rope, true);
+    const value = tf.tensor2d(fwd.out, [rows, heads * hd]);
+    const gradFunc = (dy: tf.Tensor) => {
+      const dOut = data(dy);
+      const { roped, probs } = fwd;
+      const dRoped = new Float32Array(rows * C);
+      const scale = 1 / Math.sqrt(hd);
+      let offset = 0;
+      let block = 0;
+      for (const L of seqLens) {
+        for (let g = 0; g < kvHeads; g++) {
+          const p = probs[block++]!;
+          const qs = new Float32Array(rep * L * hd);
+          const k = new Float32Array(L * hd);
+          const vt = new Float32Array(hd * L);
+          const dO = new Float32Array(rep * L * hd);
+          const kCol = (heads + g) * hd;
+          const vCol = (heads + kvHeads + g) * hd;
+          for (let t = 0; t < L; t++) {
+            const row = (offset + t) * C;
+            for (let r = 0; r < rep; r++) {
+              const qCol = (g * rep + r) * hd;
+              for (let i = 0; i < hd; i++) {
+                qs[(r * L + t) * hd + i] = roped[row + qCol + i]! * scale;
+                dO[(r * L + t) * hd + i] = dOut[(offset + t) * heads * hd + qCol + i]!;
+              }
+            }
+            for (let i = 0; i < hd; i++) {
+              k[t * hd + i] = roped[row + kCol + i]!;
+              vt[i * L + t] = roped[row + vCol + i]!;
+            }
+          }
+          const R = rep * L;
+          // dV = Pᵀ·dO, dP = dO·Vᵀ (both sum over the group's heads through the stacked rows).
+          const [dV, dP] = tf.tidy(() => {
+            const dOt = tf.tensor2d(dO, [R, hd]);
+            return [
+              data(tf.matMul(tf.tensor2d(transposed(p, R, L), [L, R]), dOt)),
+              data(tf.matMul(dOt, tf.tensor2d(vt, [hd, L]))),
+            ];
+          });
+          // Softmax backward: dS = P ⊙ (dP − rowsum(dP ⊙ P)).
+          const dS = new Float32Array(R * L);
+          for (let i = 0; i < R; i++) {
+            let dot = 0;
+            for (let j = 0; j < L; j++) dot += dP[i * L + j]! * p[i * L + j]!;
+            for (let j = 0; j < L; j++) dS[i * L + j] = p[i * L + j]! * (dP[i * L + j]! - dot);
+          }
+          const [dQs, dK] = tf.tidy(() => [
+            data(tf.matMul(tf.tensor2d(dS, [R, L]), tf.tensor2d(k, [L, hd]))),
+            data(tf.matMul(tf.tensor2d(transposed(dS, R, L), [L, R]), tf.tensor2d(qs, [R, hd]))),
+          ]);
+          for (let t = 0; t < L; t++) {
+            const row = (offset + t) * C;
+            for (let r = 0; r < rep; r++) {
+              const qCol = (g * rep + r) * hd;
+              for (let i = 0; i < hd; i++) dRoped[row + qCol + i] = dQs[(r * L + t) * hd + i]! * scale;
+            }
+            for (let i = 0; i < hd; i++) {
+              dRoped[row + kCol + i] = dK[t * hd + i]!;
+              dRoped[row + vCol + i] = dV[t * hd + i]!;
+            }
+          }
+        }
+        for (let t = 0; t < L; t++) rope.unrotate(dRoped, (offset + t) * C, heads + kvHeads, t);
+        offset += L;
+      }
+      return tf.tensor2d(dRoped, [rows, C]);
+    };
+    return { value, gradFunc };
+  });
+}
+
+/**
+ * Per-token log-probs log_softmax(logits/temperature)[target], placed into a padded [B, T] grid:
+ * cell c takes row `source[c]` of logits with target `targets[c]`; cells with source −1 are 0.
+ * The gradient is w·(onehot − p)/temperature, computed in one pass.
+ */
+export function tokenLogProbs(
+  logits: tf.Tensor2D,
+  source: Int32Array,
+  targets: Int32Array,
+  shape: [number, number],
+  temperature: number,
+): tf.Tensor2D {
+  const vocab = logits.shape[1];
+  return customOp([logits], () => {
+    const l = data(logits);
+    const out = new Float32Array(source.length);
+    // Row log-sum-exp per used cell, kept for the backward pass.
+    const lse = new Float64Array(source.length);
+    const invT = 1 / temperature;
+    for (let c = 0; c < source.length; c++) {
+      const row = source[c]!;
+      if (row < 0) continue;
+      const o = row * vocab;
+      let max = Number.NEGATIVE_INFINITY;
+      for (let j = 0; j < vocab; j++) max = Math.max(max, l[o + j]! * invT);
+      let sum = 0;
+      for (let j = 0; j < vocab; j++) sum += Math.exp(l[o + j]! * invT - max);
+      lse[c] = max + Math.log(sum);
+      out[c] = l[o + targets[c]!]! * invT - lse[c]!;
+    }
+    const value = tf.tensor2d(out, shape);
+    const gradFunc = (dy: tf.Tensor) => {
+      const g = data(dy);
+      const dl = new Float32Array(l.length);
+      for (let c = 0; c < source.length; c++) {
+        const row = source[c]!;
+        const w = g[c]!;
+        if (row < 0 || w === 0) continue;
+        const o = row * vocab;
+        const k = w * invT;
+        const z = lse[c]!;
+        for (let j = 0; j < vocab; j++) dl[o + j]! -= k * Math.exp(l[o + j]! * invT - z);
+        dl[o + targets[c]!]! += k;
+      }
+      return tf.tensor2d(dl, logits.shape);
+    };
+    return { value, gradFunc };
+  });
+}
+
+/** log_softmax(logits/temperature)[token] for one row of logits, as the server reports it. */
+export function logProbOf(logits: Float32Array, token: number, temperature: number): number {
+  const invT = 1 / temperature;
+  let max = Number.NEGATIVE_INFINITY;
+  for (let j = 0; j < logits.length; j++) max = Math.max(max, logits[j]! * invT);
+  let sum = 0;
+  for (let j = 0; j < logits.length; j++) sum += Math.exp(logits[j]! * invT - max);
+  return logits[token]! * invT - (max + Math.log(sum));
+}

@@ -1,0 +1,395 @@
+import * as tf from "@tensorflow/tfjs";
+import { ModelConfig } from "../config/policy.ts";
+import { AgentRlError } from "../errors.ts";
+import { KvDecoder } from "./decoder.ts";
+import { attention, type Dims, embed, linear, RotaryTable, rmsNorm, swiglu, tokenLogProbs } from "./ops.ts";
+import type { Decoder, InferencePolicy, TrainablePolicy } from "./types.ts";
+
+/** Adam and micro-batching settings; field names match TrainerConfig so a trainer can pass its config. */
+export interface OptimizerOptions {
+  learningRate: number;
+  adamBeta1: number;
+  adamBeta2: number;
+  /** Added to √v̂. */
+  adamEps: number;
+  /** Global gradient-norm clip (the norm is reported before clipping). */
+  gradClip: number;
+  /** Most tokens packed into one forward/backward micro-batch. */
+  microBatchTokens: number;
+}
+
+export const DEFAULT_OPTIMIZER: OptimizerOptions = {
+  learningRate: 1e-4,
+  adamBeta1: 0.9,
+  adamBeta2: 0.999,
+  adamEps: 1e-8,
+  gradClip: 1,
+  microBatchTokens: 4096,
+};
+
+/** Raised for sequences or tokens the model cannot take (empty, too long, outside the vocabulary). */
+export class ModelInputError extends AgentRlError {
+  override readonly name = "ModelInputError";
+}
+
+/**
+ * Parameter names and shapes, in checkpoint order. Matrices are stored [in, out] (x·W), the
+ * q|k|v and gate|up projections fused: `layers.{i}.attn.wqkv` is [d, (heads + 2·kvHeads)·headDim].
+ */
+export function parameterShapes(config: ModelConfig): Array<{ name: string; shape: number[] }> {
+  const d = config.dModel;
+  const hd = d / config.heads;
+  const shapes: Array<{ name: string; shape: number[] }> = [{ name: "embed", shape: [config.vocabSize, d] }];
+  for (let i = 0; i < config.layers; i++) {
+    shapes.push(
+      { name: `layers.${i}.attn_norm`, shape: [d] },
+      { name: `layers.${i}.attn.wqkv`, shape: [d, (config.heads + 2 * config.kvHeads) * hd] },
+      { name: `layers.${i}.attn.wo`, shape: [config.heads * hd, d] },
+      { name: `layers.${i}.ffn_norm`, shape: [d] },
+      { name: `layers.${i}.ffn.w_gate_up`, shape: [d, 2 * config.ffnHidden] },
+      { name: `layers.${i}.ffn.w_down`, shape: [config.ffnHidden, d] },
+    );
+  }
+  shapes.push({ name: "final_norm", shape: [d] }, { name: "lm_head", shape: [d, config.vocabSize] });
+  return shapes;
+}
+
+/** mulberry32: small, fast, reproducible across platforms. */
+function prng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** Deterministic initial values: norms 1, matrices N(0, 0.02²), residual outputs scaled by 1/√(2·layers) (GPT-2). */
+export function initialValues(config: ModelConfig, seed: number): Map<string, Float32Array> {
+  const random = prng(seed);
+  const normal = () => Math.sqrt(-2 * Math.log(1 - random())) * Math.cos(2 * Math.PI * random());
+  const values = new Map<string, Float32Array>();
+  for (const { name, shape } of parameterShapes(config)) {
+    const size = shape.reduce((a, b) => a * b, 1);
+    const out = new Float32Array(size);
+    if (shape.length === 1) out.fill(1);
+    else {
+      const std = name.endsWith("wo") || name.endsWith("w_down") ? 0.02 / Math.sqrt(2 * config.layers) : 0.02;
+      for (let i = 0; i < size; i++) out[i] = normal() * std;
+    }
+    values.set(name, out);
+  }
+  return values;
+}
+
+interface LayerParams {
+  attnNorm: tf.Variable;
+  wqkv: tf.Variable;
+  wo: tf.Variable;
+  ffnNorm: tf.Variable;
+  wGateUp: tf.Variable;
+  wDown: tf.Variable;
+}
+
+/** Per-token attention callback: the training path, a prefill writing the KV cache, or a cached decode step. */
+export type AttendFn = (layer: number, qkv: tf.Tensor2D) => tf.Tensor2D;
+
+/**
+ * The decoder-only transformer: one object serves as InferencePolicy (createDecoder) and as
+ * TrainablePolicy (logProbs, trainStep with Adam + global-norm clipping, snapshot).
+ */
+export class TransformerPolicy implements InferencePolicy, TrainablePolicy {
+  readonly config: ModelConfig;
+  readonly dims: Dims;
+  readonly rope: RotaryTable;
+  /** Parameters in checkpoint order. */
+  readonly params: ReadonlyMap<string, tf.Variable>;
+  readonly trainable: boolean;
+  optimizer: OptimizerOptions;
+  /** Optimizer steps taken by this object. */
+  step = 0;
+  private readonly layerParams: LayerParams[];
+  private readonly embedTable: tf.Variable;
+  private readonly finalNorm: tf.Variable;
+  private readonly lmHead: tf.Variable;
+  private adamM: Map<string, Float32Array> | undefined;
+  private adamV: Map<string, Float32Array> | undefined;
+  private disposed = false;
+
+  constructor(
+    config: ModelConfig,
+    values: ReadonlyMap<string, Float32Array>,
+    readonly version: number,
+    options: { trainable: boolean; optimizer?: Partial<OptimizerOptions>; rope?: RotaryTable },
+  ) {
+    this.config = config;
+    const hd = config.dModel / config.heads;
+    this.dims = {
+      dModel: config.dModel,
+      heads: config.heads,
+      kvHeads: config.kvHeads,
+      headDim: hd,
+      qkvWidth: (config.heads + 2 * config.kvHeads) * hd,
+      ffnHidden: config.ffnHidden,
+      vocabSize: config.vocabSize,
+      normEps: config.normEps,
+    };
+    this.rope = options.rope ?? new RotaryTable(config.contextLength, hd, config.ropeTheta);
+    this.trainable = options.trainable;
+    this.optimizer = { ...DEFAULT_OPTIMIZER, ...options.optimizer };
+    const params = new Map<string, tf.Variable>();
+    for (const { name, shape } of parameterShapes(config)) {
+      const value = values.get(name);
+      const size = shape.reduce((a, b) => a * b, 1);
+      if (!value || value.length !== size)
+        throw new ModelInputError(
+          `parameter ${name}: expected ${size} values of shape [${shape}], got ${value?.length ?? "none"}`,
+        );
+      const initial = tf.tensor(value, shape, "float32");
+      params.set(name, tf.variable(initial, options.trainable));
+      // The variable holds its own reference to the data.
+      initial.dispose();
+    }
+    this.params = params;
+    const p = (name: string) => params.get(name)!;
+    this.embedTable = p("embed");
+    this.finalNorm = p("final_norm");
+    this.lmHead = p("lm_head");
+    this.layerParams = Array.from({ length: config.layers }, (_, i) => ({
+      attnNorm: p(`layers.${i}.attn_norm`),
+      wqkv: p(`layers.${i}.attn.wqkv`),
+      wo: p(`layers.${i}.attn.wo`),
+      ffnNorm: p(`layers.${i}.ffn_norm`),
+      wGateUp: p(`layers.${i}.ffn.w_gate_up`),
+      wDown: p(`layers.${i}.ffn.w_down`),
+    }));
+  }
+
+  /** Runs the blocks over packed token rows and returns the final-normed hidden state [N, d]. */
+  hidden(ids: Int32Array, attend: AttendFn): tf.Tensor2D {
+    const eps = this.config.normEps;
+    let x = embed(this.embedTable as tf.Tensor2D, ids);
+    for (let i = 0; i < this.layerParams.length; i++) {
+      const l = this.layerParams[i]!;
+      const qkv = linear(rmsNorm(x, l.attnNorm as tf.Tensor1D, eps), l.wqkv as tf.Tensor2D);
+      x = tf.add(x, linear(attend(i, qkv), l.wo as tf.Tensor2D));
+      const gateUp = linear(rmsNorm(x, l.ffnNorm as tf.Tensor1D, eps), l.wGateUp as tf.Tensor2D);
+      x = tf.add(x, linear(swiglu(gateUp), l.wDown as tf.Tensor2D));
+    }
+    return rmsNorm(x, this.finalNorm as tf.Tensor1D, eps);
+  }
+
+  /** Vocabulary logits [N, V] from hidden rows. */
+  head(hidden: tf.Tensor2D): tf.Tensor2D {
+    return linear(hidden, this.lmHead as tf.Tensor2D);
+  }
+
+  /** Checks a token sequence fits this model; throws ModelInputError naming the problem. */
+  validateTokens(tokens: ArrayLike<number>, what: string, minLength = 1): void {
+    if (tokens.length < minLength) throw new ModelInputError(`${what}: needs at least ${minLength} token(s)`);
+    if (tokens.length > this.config.contextLength)
+      throw new ModelInputError(
+        `${what}: ${tokens.length} tokens exceed the context length ${this.config.contextLength}`,
+      );
+    for (let i = 0; i < tokens.length; i++) {
+      const t = tokens[i]!;
+      if (!Number.isInteger(t) || t < 0 || t >= this.config.vocabSize)
+        throw new ModelInputError(
+          `${what}[${i}]: token ${t} is outside the vocabulary 0..${this.config.vocabSize - 1}`,
+        );
+    }
+  }
+
+  /** Splits row indices into micro-batches of at most `microBatchTokens` packed tokens (at least one row each). */
+  private microBatches(sequences: readonly Int32Array[]): number[][] {
+    const batches: number[][] = [];
+    let current: number[] = [];
+    let tokens = 0;
+    sequences.forEach((seq, i) => {
+      if (current.length > 0 && tokens + seq.length > this.optimizer.microBatchTokens) {
+        batches.push(current);
+        current = [];
+        tokens = 0;
+      }
+      current.push(i);
+      tokens += seq.length;
+    });
+    if (current.length > 0) batches.push(current);
+    return batches;
+  }
+
+  /** Per-token log-probs [b, T] (padded with 0) for a micro-batch, through the differentiable path. */
+  private logProbGrid(sequences: readonly Int32Array[], rows: readonly number[], temperature: number): tf.Tensor2D {
+    const seqs = rows.map((r) => sequences[r]!);
+    const lens = seqs.map((s) => s.length);
+    const total = lens.reduce((a, b) => a + b, 0);
+    const width = Math.max(...lens);
+    const ids = new Int32Array(total);
+    const source = new Int32Array(rows.length * width).fill(-1);
+    const targets = new Int32Array(rows.length * width);
+    let offset = 0;
+    seqs.forEach((seq, b) => {
+      ids.set(seq, offset);
+      // Cell (b, t) for t ≥ 1 is predicted by row t−1 of its sequence.
+      for (let t = 1; t < seq.length; t++) {
+        source[b * width + t] = offset + t - 1;
+        targets[b * width + t] = seq[t]!;
+      }
+      offset += seq.length;
+    });
+    const hidden = this.hidden(ids, (_, qkv) => attention(qkv, lens, this.dims, this.rope));
+    return tokenLogProbs(this.head(hidden), source, targets, [rows.length, width], temperature);
+  }
+
+  private checkTemperature(temperature: number): void {
+    if (!(temperature > 0) || !Number.isFinite(temperature))
+      throw new ModelInputError(`temperature: ${temperature} is not allowed (must be a finite number > 0)`);
+  }
+
+  logProbs(sequences: readonly Int32Array[], temperature: number): Float32Array[] {
+    this.assertLive();
+    this.checkTemperature(temperature);
+    for (const [i, s] of sequences.entries()) this.validateTokens(s, `sequences[${i}]`);
+    const out: Float32Array[] = new Array(sequences.length);
+    for (const rows of this.microBatches(sequences)) {
+      const grid = tf.tidy(() => this.logProbGrid(sequences, rows, temperature));
+      const values = grid.dataSync() as Float32Array;
+      const width = grid.shape[1];
+      grid.dispose();
+      rows.forEach((r, b) => {
+        out[r] = values.slice(b * width, b * width + sequences[r]!.length);
+      });
+    }
+    return out;
+  }
+
+  trainStep(
+    sequences: readonly Int32Array[],
+    temperature: number,
+    loss: (logp: tf.Tensor2D, rows: readonly number[]) => tf.Scalar,
+  ): { loss: number; gradNorm: number } {
+    this.assertLive();
+    if (!this.trainable) throw new ModelInputError("trainStep: this policy is a frozen snapshot");
+    this.checkTemperature(temperature);
+    if (sequences.length === 0) throw new ModelInputError("trainStep: sequences is empty");
+    for (const [i, s] of sequences.entries()) this.validateTokens(s, `sequences[${i}]`, 2);
+    const variables = [...this.params.entries()];
+    const grads = new Map<string, Float32Array>(variables.map(([name, v]) => [name, new Float32Array(v.size)]));
+    let totalLoss = 0;
+    for (const rows of this.microBatches(sequences)) {
+      const { value, grads: g } = tf.variableGrads(
+        () => loss(this.logProbGrid(sequences, rows, temperature), rows),
+        variables.map(([, v]) => v),
+      );
+      totalLoss += value.dataSync()[0]!;
+      value.dispose();
+      for (const [name, v] of variables) {
+        const grad = g[v.name];
+        if (!grad) continue;
+        const acc = grads.get(name)!;
+        const gd = grad.dataSync();
+        for (let i = 0; i < acc.length; i++) acc[i]! += gd[i]!;
+        grad.dispose();
+      }
+    }
+    const gradNorm = this.applyAdam(grads);
+    return { loss: totalLoss, gradNorm };
+  }
+
+  /** Global-norm clipping and one bias-corrected Adam update, in plain arrays (the parameter count is small). */
+  private applyAdam(grads: Map<string, Float32Array>): number {
+    const { learningRate: lr, adamBeta1: b1, adamBeta2: b2, adamEps: eps, gradClip } = this.optimizer;
+    let sq = 0;
+    for (const g of grads.values()) for (let i = 0; i < g.length; i++) sq += g[i]! * g[i]!;
+    const gradNorm = Math.sqrt(sq);
+    if (!Number.isFinite(gradNorm))
+      throw new AgentRlError(`trainStep: gradient norm is ${gradNorm}; weights left unchanged`);
+    const clip = gradNorm > gradClip ? gradClip / gradNorm : 1;
+    if (!this.adamM || !this.adamV) {
+      this.adamM = new Map([...grads].map(([n, g]) => [n, new Float32Array(g.length)]));
+      this.adamV = new Map([...grads].map(([n, g]) => [n, new Float32Array(g.length)]));
+    }
+    this.step += 1;
+    const c1 = 1 - b1 ** this.step;
+    const c2 = 1 - b2 ** this.step;
+    for (const [name, variable] of this.params) {
+      const g = grads.get(name)!;
+      const m = this.adamM.get(name)!;
+      const v = this.adamV.get(name)!;
+      const w = variable.dataSync() as Float32Array;
+      const next = new Float32Array(w.length);
+      for (let i = 0; i < w.length; i++) {
+        const gi = g[i]! * clip;
+        m[i] = b1 * m[i]! + (1 - b1) * gi;
+        v[i] = b2 * v[i]! + (1 - b2) * gi * gi;
+        next[i] = w[i]! - (lr * (m[i]! / c1)) / (Math.sqrt(v[i]! / c2) + eps);
+      }
+      const t = tf.tensor(next, variable.shape, "float32");
+      variable.assign(t);
+      t.dispose();
+    }
+    return gradNorm;
+  }
+
+  /** Current parameter values, copied out (checkpoint order). */
+  values(): Map<string, Float32Array> {
+    return new Map([...this.params].map(([name, v]) => [name, Float32Array.from(v.dataSync() as Float32Array)]));
+  }
+
+  snapshot(): TransformerPolicy {
+    this.assertLive();
+    return new TransformerPolicy(this.config, this.values(), this.version, { trainable: false, rope: this.rope });
+  }
+
+  /** An inference copy of the current weights labelled with `version` (what a trainer publishes). */
+  withVersion(version: number): TransformerPolicy {
+    this.assertLive();
+    return new TransformerPolicy(this.config, this.values(), version, { trainable: false, rope: this.rope });
+  }
+
+  createDecoder(capacity: number): Decoder {
+    this.assertLive();
+    return new KvDecoder(this, capacity);
+  }
+
+  get isDisposed(): boolean {
+    return this.disposed;
+  }
+
+  private assertLive(): void {
+    if (this.disposed) throw new AgentRlError("policy used after dispose()");
+  }
+
+  dispose(): void {
+    if (this.disposed) return;
+    this.disposed = true;
+    for (const v of this.params.values()) v.dispose();
+  }
+}
+
+/** Options for createPolicy. */
+export interface CreatePolicyOptions {
+  /** Version label of the weights (0 for a fresh init). @default 0 */
+  version?: number;
+  /** @default true */
+  trainable?: boolean;
+  optimizer?: Partial<OptimizerOptions>;
+}
+
+/**
+ * A freshly initialised policy with deterministic weights for `seed`. Call `initBackend` first.
+ * @example const policy = createPolicy(ModelConfig.parse({ layers: 2 }), 7); policy.logProbs([Int32Array.of(1, 2, 3)], 1)
+ */
+export function createPolicy(
+  config: ModelConfig | Partial<ModelConfig>,
+  seed: number,
+  options: CreatePolicyOptions = {},
+): TransformerPolicy {
+  const parsed = ModelConfig.parse(config);
+  return new TransformerPolicy(parsed, initialValues(parsed, seed), options.version ?? 0, {
+    trainable: options.trainable ?? true,
+    optimizer: options.optimizer,
+  });
+}
