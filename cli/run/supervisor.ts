@@ -27,6 +27,8 @@ interface Running {
   readonly child: ChildProcess;
   readonly log: WriteStream;
   readonly exited: Promise<RoleExit>;
+  /** URL from the role's `{"event":"listening","url":...}` stdout line (servers announce their port this way). */
+  readonly listening: Promise<string>;
 }
 
 /**
@@ -60,6 +62,24 @@ export class Supervisor {
     });
     child.stdout?.pipe(log, { end: false });
     child.stderr?.pipe(log, { end: false });
+    const listening = new Promise<string>((resolve, reject) => {
+      let buffered = "";
+      const onData = (chunk: Buffer) => {
+        buffered += chunk.toString();
+        for (let nl = buffered.indexOf("\n"); nl >= 0; nl = buffered.indexOf("\n")) {
+          const url = listeningUrl(buffered.slice(0, nl));
+          buffered = buffered.slice(nl + 1);
+          if (url) {
+            child.stdout?.off("data", onData);
+            resolve(url);
+            return;
+          }
+        }
+      };
+      child.stdout?.on("data", onData);
+      child.once("exit", (code) => reject(new Error(`${spec.name} exited (${code}) before listening`)));
+    });
+    listening.catch(() => {});
     const exited = new Promise<RoleExit>((resolve) => {
       child.once("exit", (code, signal) => {
         const exit = { name: spec.name, code, signal };
@@ -67,8 +87,23 @@ export class Supervisor {
         resolve(exit);
       });
     });
-    this.running.push({ spec, child, log, exited });
+    this.running.push({ spec, child, log, exited, listening });
     return child;
+  }
+
+  /** Resolves with the URL a server role announced on stdout; rejects if it exits first or after `timeoutMs`. */
+  async urlOf(name: string, timeoutMs = 60_000): Promise<string> {
+    const role = this.running.find((r) => r.spec.name === name);
+    if (!role) throw new Error(`no role ${name}`);
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`${name} did not announce a URL within ${timeoutMs} ms`)), timeoutMs);
+    });
+    try {
+      return await Promise.race([role.listening, timeout]);
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   /** Resolves when a role exits on its own (a crash, or a failed primary): the run cannot go on. */
@@ -95,6 +130,16 @@ export class Supervisor {
       role.log.end();
     }
     return exits;
+  }
+}
+
+function listeningUrl(line: string): string | undefined {
+  if (!line.startsWith("{")) return undefined;
+  try {
+    const event = JSON.parse(line) as { event?: unknown; url?: unknown };
+    return event.event === "listening" && typeof event.url === "string" ? event.url : undefined;
+  } catch {
+    return undefined;
   }
 }
 
