@@ -1,0 +1,187 @@
+import { AgentRlError } from "../errors.ts";
+import type { AssistantMessage, ChatMessage, ToolSpec } from "../protocol/openai.ts";
+import { parseAssistant } from "./parse.ts";
+import { renderChat, TURN_SUFFIX } from "./template.ts";
+import { BpeTokenizer, END_OF_TEXT, END_OF_TURN, type TokenizerJson, trainTokenizer } from "./tokenizer.ts";
+
+export class ChatTemplateError extends AgentRlError {
+  override readonly name = "ChatTemplateError";
+}
+
+/** Tokens of a whole conversation with the loss mask (1 on tokens the assistant produced). */
+export interface EncodedConversation {
+  readonly tokens: number[];
+  readonly lossMask: number[];
+}
+
+/** What a generation decodes to. */
+export interface ParsedGeneration {
+  /** Decoded text without the stop token. */
+  readonly text: string;
+  readonly message: AssistantMessage;
+  /** True when the ids end with a stop token (the turn is closed). */
+  readonly stopped: boolean;
+}
+
+/**
+ * The chat format in one object: tokenizer + template + tool-call parser, and the agent-loop
+ * helpers (reference section 3) that keep a trajectory's tokens exactly what the model saw and
+ * produced:
+ *
+ * ```ts
+ * let tokens = codec.promptTokens(start.messages, start.tools);            // mask 0
+ * const gen = await policy(tokens);                                         // ids as produced, mask 1
+ * const { message } = codec.parseGenerated(gen);                            // -> env
+ * const obs = codec.continuationTokens([...msgs, message], envMessages, tools, gen); // mask 0
+ * tokens = [...tokens, ...gen, ...obs];
+ * ```
+ */
+export class ChatCodec {
+  /** `<|im_end|>`: ends an assistant turn; generation stops on it. */
+  readonly endOfTurnId: number;
+  /** `<|endoftext|>`: also stops generation. */
+  readonly endOfTextId: number;
+
+  constructor(readonly tokenizer: BpeTokenizer) {
+    this.endOfTurnId = tokenizer.special(END_OF_TURN);
+    this.endOfTextId = tokenizer.special(END_OF_TEXT);
+  }
+
+  /** Loads a codec from a tokenizer.json object (validated). */
+  static fromTokenizerJson(json: unknown): ChatCodec {
+    return new ChatCodec(BpeTokenizer.fromJson(json));
+  }
+
+  /**
+   * Trains the tokenizer on full renders of `conversations` (so the template's own text, tool
+   * schemas and markup get merges) and returns the codec.
+   */
+  static train(
+    conversations: ReadonlyArray<{ messages: readonly ChatMessage[]; tools?: readonly ToolSpec[] }>,
+    vocabSize: number,
+  ): ChatCodec {
+    const corpus = conversations.map((c) => renderChat(c.messages, c.tools, { addGenerationPrompt: false }));
+    return new ChatCodec(BpeTokenizer.fromJson(trainTokenizer(corpus, vocabSize)));
+  }
+
+  /** Ids that end a generation. */
+  get stopTokenIds(): readonly number[] {
+    return [this.endOfTurnId, this.endOfTextId];
+  }
+
+  /** The tokenizer.json object to store in a checkpoint. */
+  tokenizerJson(): TokenizerJson {
+    return this.tokenizer.json;
+  }
+
+  encode(text: string): number[] {
+    return this.tokenizer.encode(text);
+  }
+
+  decode(ids: readonly number[]): string {
+    return this.tokenizer.decode(ids);
+  }
+
+  render(messages: readonly ChatMessage[], tools?: readonly ToolSpec[], addGenerationPrompt = false): string {
+    return renderChat(messages, tools, { addGenerationPrompt });
+  }
+
+  /** Prompt for the next assistant turn: messages + tools, ending with `<|im_start|>assistant\n`. */
+  promptTokens(messages: readonly ChatMessage[], tools?: readonly ToolSpec[]): number[] {
+    return this.encode(renderChat(messages, tools, { addGenerationPrompt: true }));
+  }
+
+  /**
+   * The tokens a model should generate for `assistant` after `prevMessages` (its body and the
+   * closing `<|im_end|>`): the supervised target of behaviour cloning.
+   */
+  assistantTokens(
+    prevMessages: readonly ChatMessage[],
+    assistant: AssistantMessage,
+    tools?: readonly ToolSpec[],
+  ): number[] {
+    const before = renderChat(prevMessages, tools, { addGenerationPrompt: true });
+    const after = renderChat([...prevMessages, assistant], tools, { addGenerationPrompt: false });
+    const turn = suffixAfter(before, after, "assistant turn");
+    if (!turn.endsWith(TURN_SUFFIX))
+      throw new ChatTemplateError("an assistant turn must render ending in <|im_end|>\\n");
+    return this.encode(turn.slice(0, -1)); // keep <|im_end|>, drop the newline after it
+  }
+
+  /**
+   * Observation tokens after a generated turn: `prevMessages` ends with the assistant message
+   * just generated, `newMessages` are what the environment answered. The text is the difference
+   * between rendering before and after appending them (plus the generation prompt), preceded by
+   * what closes the generated turn: `\n` when `generated` ended with a stop token, else
+   * `<|im_end|>\n` (a turn cut by max_tokens). All of it is loss mask 0.
+   */
+  continuationTokens(
+    prevMessages: readonly ChatMessage[],
+    newMessages: readonly ChatMessage[],
+    tools?: readonly ToolSpec[],
+    generated?: readonly number[],
+    options: { addGenerationPrompt?: boolean } = {},
+  ): number[] {
+    const last = prevMessages[prevMessages.length - 1];
+    if (last?.role !== "assistant")
+      throw new ChatTemplateError("continuationTokens: prevMessages must end with the generated assistant message");
+    const before = renderChat(prevMessages, tools, { addGenerationPrompt: false });
+    const after = renderChat([...prevMessages, ...newMessages], tools, {
+      addGenerationPrompt: options.addGenerationPrompt ?? true,
+    });
+    const observation = suffixAfter(before, after, "observation");
+    const lastId = generated?.[generated.length - 1];
+    const closed = generated === undefined || (lastId !== undefined && this.stopTokenIds.includes(lastId));
+    return this.encode((closed ? "\n" : TURN_SUFFIX) + observation);
+  }
+
+  /**
+   * A full conversation as the agent loop would have produced it (canonical assistant tokens),
+   * with loss mask 1 exactly on assistant tokens (body and `<|im_end|>`); it ends after the last
+   * assistant turn. Used by the warm-up (behaviour cloning) and tests.
+   */
+  encodeConversation(messages: readonly ChatMessage[], tools?: readonly ToolSpec[]): EncodedConversation {
+    const tokens: number[] = [];
+    const lossMask: number[] = [];
+    const push = (ids: readonly number[], mask: 0 | 1) => {
+      for (const id of ids) {
+        tokens.push(id);
+        lossMask.push(mask);
+      }
+    };
+    const firstAssistant = messages.findIndex((m) => m.role === "assistant");
+    if (firstAssistant < 0) return { tokens, lossMask };
+    push(this.promptTokens(messages.slice(0, firstAssistant), tools), 0);
+    let i = firstAssistant;
+    while (i < messages.length) {
+      const assistant = messages[i] as AssistantMessage;
+      const generated = this.assistantTokens(messages.slice(0, i), assistant, tools);
+      push(generated, 1);
+      let next = i + 1;
+      while (next < messages.length && messages[next]?.role !== "assistant") next++;
+      if (next >= messages.length) break;
+      push(this.continuationTokens(messages.slice(0, i + 1), messages.slice(i + 1, next), tools, generated), 0);
+      i = next;
+    }
+    return { tokens, lossMask };
+  }
+
+  /** Parses generated text into an assistant message (see `parseAssistant`). */
+  parseAssistant(text: string, idPrefix?: string): AssistantMessage {
+    return parseAssistant(text, idPrefix);
+  }
+
+  /** Decodes generated ids (dropping a final stop token) and parses them. */
+  parseGenerated(ids: readonly number[], idPrefix?: string): ParsedGeneration {
+    const lastId = ids[ids.length - 1];
+    const stopped = lastId !== undefined && this.stopTokenIds.includes(lastId);
+    const text = this.decode(stopped ? ids.slice(0, -1) : ids);
+    return { text, message: parseAssistant(text, idPrefix), stopped };
+  }
+}
+
+function suffixAfter(before: string, after: string, what: string): string {
+  if (!after.startsWith(before))
+    throw new ChatTemplateError(`the chat template does not render incrementally (${what}): earlier text changed`);
+  return after.slice(before.length);
+}
