@@ -21,6 +21,17 @@ export const RolloutConfig = z
     incompletePunishment: z.number().default(-0.2).describe("reward of non-completed episodes"),
     /** Retries of infrastructure failures, each with a fresh session. */
     maxAttempts: z.number().int().min(1).default(10).describe("infrastructure retries per request"),
+    /** Retry pause after an infrastructure failure, doubled per attempt (capped at 30 s). */
+    retryBackoffMs: z.number().int().min(0).default(500).describe("first pause before an infrastructure retry (ms)"),
+    /** Wall-clock cap of one episode; past it the session is cancelled and the attempt counts as an infrastructure failure. */
+    episodeTimeoutSeconds: z.number().positive().default(600).describe("episode wall-clock limit (s)"),
+    /** Per chat-completions request to a policy server. */
+    policyTimeoutSeconds: z.number().positive().default(300).describe("policy request timeout (s)"),
+    /**
+     * Backpressure: the feeder keeps queued requests plus unconsumed trajectories under this many
+     * trainer batches (the paper caps queue and buffer at ~2 batches). Never below trainer.warmupFactor.
+     */
+    maxInFlightBatches: z.number().min(1).default(2).describe("batches in flight (requests + trajectories)"),
     workers: z.number().int().min(1).default(2).describe("rollout worker processes"),
     concurrency: z.number().int().min(1).default(16).describe("episodes in flight per rollout worker"),
     crossPolicy: z

@@ -5,3 +5,4 @@
  */
 export * from "./advantages.ts";
 export * from "./ppo.ts";
+export * from "./random.ts";

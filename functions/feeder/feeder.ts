@@ -1,0 +1,158 @@
+import { z } from "zod";
+import type { ExperimentConfig } from "../../shared/config/index.ts";
+import { parseJsonOrThrow } from "../../shared/errors.ts";
+import { createLogger, type Logger } from "../../shared/log.ts";
+import type { ObjectStore, Transport } from "../../shared/transport/types.ts";
+import { type PlannedGroup, type PlannedTask, requestsOf, TaskMixPlan } from "./plan.ts";
+
+/**
+ * The feeder: turns the experiment's task mix into RolloutRequests (n per task instance, one
+ * groupId) and keeps the pipeline fed without flooding it.
+ *
+ * - async mode: queued requests + unconsumed trajectories (both queues, visible + in flight)
+ *   stay under `max(rollout.maxInFlightBatches, trainer.warmupFactor)` trainer batches — the
+ *   bound that keeps off-policyness small (reference section 1.1).
+ * - sync mode: one batch, then wait for the trainer to publish a newer policy version, repeat.
+ *
+ * Its cursor (next group seq, last version fed) lives in the trajectory store, written after
+ * each send: a restart continues the same deterministic sequence, and a crash between send and
+ * cursor write re-sends groups with the same ids, which rollout workers and the trainer dedup.
+ */
+
+/** Persisted position of the feeder. */
+export const FeederCursor = z.object({
+  schemaVersion: z.literal(1),
+  nextSeq: z.number().int().nonnegative(),
+  batchesFed: z.number().int().nonnegative(),
+  /** sync mode: the newest policy version when the last batch was sent (-1: none existed). */
+  lastFedVersion: z.number().int().min(-1),
+});
+export type FeederCursor = z.infer<typeof FeederCursor>;
+
+/** Object key of the feeder cursor of an experiment. */
+export function feederCursorKey(experimentId: string): string {
+  return `feeder/${experimentId}/cursor.json`;
+}
+
+export interface FeederOptions {
+  /** Stops the feeder (it returns its summary). */
+  readonly signal?: AbortSignal;
+  /** Pause between depth / version checks, ms. @default 250 */
+  readonly pollMs?: number;
+  /** Newest published policy version, -1 when none (sync mode waits on it). */
+  readonly latestVersion?: () => Promise<number>;
+  /** Train index range of a task; @default [0, trainInstances) */
+  readonly trainRange?: (task: string) => { start: number; end: number } | undefined;
+  /** Stop after the cursor reaches this many groups in total (tests, benchmarks). */
+  readonly maxGroups?: number;
+  /** Called after each send with the groups sent. */
+  readonly onEmit?: (groups: readonly PlannedGroup[]) => void;
+  readonly log?: Logger;
+}
+
+export interface FeederSummary {
+  readonly groupsSent: number;
+  readonly requestsSent: number;
+  readonly cursor: FeederCursor;
+}
+
+/** The planner's view of the configured mix (trainInstances from the start of the train range). */
+export function plannedTasks(config: ExperimentConfig, trainRange?: FeederOptions["trainRange"]): PlannedTask[] {
+  return config.tasks.mix.map((entry) => {
+    const range = trainRange?.(entry.name);
+    const start = range?.start ?? 0;
+    const available = range ? range.end - range.start : entry.trainInstances;
+    return {
+      name: entry.name,
+      weight: entry.weight,
+      start,
+      count: Math.max(1, Math.min(entry.trainInstances, available)),
+    };
+  });
+}
+
+/** Most groups (requests / n) allowed in flight in async mode. */
+export function inFlightGroupCap(config: ExperimentConfig): number {
+  const batches = Math.max(config.rollout.maxInFlightBatches, config.trainer.warmupFactor);
+  return Math.ceil(batches * config.trainer.batchSize);
+}
+
+async function readCursor(store: ObjectStore, experimentId: string): Promise<FeederCursor> {
+  const text = await store.getText(feederCursorKey(experimentId));
+  if (text === undefined) return { schemaVersion: 1, nextSeq: 0, batchesFed: 0, lastFedVersion: -1 };
+  return parseJsonOrThrow(FeederCursor, text, feederCursorKey(experimentId));
+}
+
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal?.aborted) return resolve();
+    const timer = setTimeout(done, ms);
+    function done(): void {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", done);
+      resolve();
+    }
+    signal?.addEventListener("abort", done, { once: true });
+  });
+}
+
+/**
+ * Runs the feeder until `signal` aborts or `maxGroups` is reached.
+ * @example
+ * const controller = new AbortController();
+ * const done = runFeeder(config, transport, { signal: controller.signal, latestVersion });
+ * // ... later
+ * controller.abort(); await done;
+ */
+export async function runFeeder(
+  config: ExperimentConfig,
+  transport: Transport,
+  options: FeederOptions = {},
+): Promise<FeederSummary> {
+  const log = options.log ?? createLogger({ role: "feeder", experimentId: config.experimentId });
+  const pollMs = options.pollMs ?? 250;
+  const n = config.rollout.groupSize;
+  const requests = transport.queue("rollout-requests");
+  const trajectories = transport.queue("trajectories");
+  const store = transport.store("trajectories");
+  const plan = new TaskMixPlan(plannedTasks(config, options.trainRange), config.seed);
+  let cursor = await readCursor(store, config.experimentId);
+  plan.skipTo(cursor.nextSeq);
+  let groupsSent = 0;
+  let requestsSent = 0;
+  const sync = config.trainer.mode === "sync";
+  if (sync && !options.latestVersion) throw new RangeError("runFeeder: sync mode needs options.latestVersion");
+  log.info({ mode: config.trainer.mode, nextSeq: cursor.nextSeq }, "feeder started");
+
+  const emit = async (count: number, version: number): Promise<void> => {
+    const groups = Array.from({ length: count }, () => plan.next());
+    const bodies = groups.flatMap((g) => requestsOf(g, config.experimentId, n).map((r) => JSON.stringify(r)));
+    await requests.sendBatch(bodies);
+    cursor = { schemaVersion: 1, nextSeq: plan.position, batchesFed: cursor.batchesFed + 1, lastFedVersion: version };
+    await store.put(feederCursorKey(config.experimentId), JSON.stringify(cursor));
+    groupsSent += count;
+    requestsSent += bodies.length;
+    options.onEmit?.(groups);
+    log.debug({ groups: count, nextSeq: cursor.nextSeq }, "sent rollout requests");
+  };
+
+  while (!options.signal?.aborted) {
+    const remaining = options.maxGroups === undefined ? Number.POSITIVE_INFINITY : options.maxGroups - plan.position;
+    if (remaining <= 0) break;
+    let count = 0;
+    let version = cursor.lastFedVersion;
+    if (sync) {
+      version = await options.latestVersion!();
+      if (cursor.batchesFed === 0 || version > cursor.lastFedVersion) count = config.trainer.batchSize;
+    } else {
+      const [queued, pending] = await Promise.all([requests.approximateDepth(), trajectories.approximateDepth()]);
+      const outstanding = queued.visible + queued.inFlight + pending.visible + pending.inFlight;
+      count = Math.floor((inFlightGroupCap(config) * n - outstanding) / n);
+    }
+    count = Math.min(count, remaining);
+    if (count > 0) await emit(count, version);
+    else await sleep(pollMs, options.signal);
+  }
+  log.info({ groupsSent, requestsSent, nextSeq: cursor.nextSeq }, "feeder stopped");
+  return { groupsSent, requestsSent, cursor };
+}
