@@ -61,6 +61,15 @@ export const ChatCompletionRequest = z.object({
   n: z.number().int().min(1).max(16).default(1),
   logprobs: z.boolean().default(false),
   stream: z.literal(false).optional(),
+  /**
+   * agentrl extension: the prompt as token ids, used instead of rendering `messages`, so a
+   * multi-turn trajectory conditions on exactly the tokens it recorded (generated tokens are not
+   * re-tokenized). `messages` are still validated and kept for logs.
+   */
+  agentrl: z
+    .object({ prompt_token_ids: z.array(z.number().int().nonnegative()).min(1) })
+    .strict()
+    .optional(),
 });
 export type ChatCompletionRequest = z.infer<typeof ChatCompletionRequest>;
 
