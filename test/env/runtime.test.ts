@@ -218,7 +218,7 @@ describe("session lifetime", () => {
       ],
     });
     expect(response.status).toBe(200);
-    expect(await errorBody(response)).toEqual({
+    expect(await jsonRecord(response)).toEqual({
       total: 4,
       success_rate: 0.25,
       average_reward: 0.25,
