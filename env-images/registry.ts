@@ -8,6 +8,7 @@ export const TASK_MODULES: Readonly<Record<string, () => Promise<TaskModule>>> =
   example: () => import("./example/index.ts").then((m) => m.taskModule),
   db: () => import("./db/index.ts").then((m) => m.taskModule),
   kg: () => import("./kg/index.ts").then((m) => m.taskModule),
+  webshop: () => import("./webshop/index.ts").then((m) => m.taskModule),
 };
 
 export async function loadTaskModule(name: string): Promise<TaskModule> {
