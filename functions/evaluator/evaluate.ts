@@ -1,0 +1,161 @@
+import { ControllerClient, EnvApiError } from "../../shared/env/client.ts";
+import type { Logger } from "../../shared/log.ts";
+import { PolicyClient, type PolicyEndpoint, PolicyRequestError } from "../../shared/policy/client.ts";
+import type { SampleStatus } from "../../shared/protocol/envApi.ts";
+import type { EvalReport } from "../../shared/protocol/metrics.ts";
+import type { ChatMessage } from "../../shared/protocol/openai.ts";
+
+export interface EvalTask {
+  readonly name: string;
+  /** Instance indices to play (e.g. the first N of the task's test split). */
+  readonly indices: readonly number[];
+}
+
+export interface EvalOptions {
+  readonly controllerUrl: string;
+  readonly policy: PolicyEndpoint;
+  /** Label in the report (`v3`, a URL, a model name). */
+  readonly policyLabel: string;
+  readonly tasks: readonly EvalTask[];
+  readonly split: "train" | "test";
+  /** Episodes in flight at once. @default 8 */
+  readonly concurrency?: number;
+  /** @default 0 (greedy) */
+  readonly temperature?: number;
+  readonly maxTokensPerTurn?: number;
+  /** Turn cap on our side, on top of the environment's own. @default 30 */
+  readonly maxTurns?: number;
+  readonly log?: Logger;
+  readonly signal?: AbortSignal;
+}
+
+export interface EpisodeOutcome {
+  readonly task: string;
+  readonly index: number;
+  readonly status: SampleStatus;
+  /** The environment's reward (no incomplete-episode punishment: evaluation reports task success). */
+  readonly reward: number;
+  readonly turns: number;
+}
+
+/**
+ * Plays one evaluation episode at the message level: works with any OpenAI-compatible policy,
+ * needs no token ids. A prompt the policy rejects as too long ends the episode as
+ * `agent context limit`, as AgentBench scores it.
+ */
+export async function playEpisode(
+  env: ControllerClient,
+  policy: PolicyClient,
+  task: string,
+  index: number,
+  options: Pick<EvalOptions, "temperature" | "maxTokensPerTurn" | "maxTurns" | "signal">,
+): Promise<EpisodeOutcome> {
+  const sample = await env.startSample(task, index, { signal: options.signal });
+  const messages: ChatMessage[] = [...sample.messages];
+  let status = sample.status;
+  let reward = sample.reward;
+  let turns = 0;
+  let finish = sample.finish;
+  try {
+    while (!finish && turns < (options.maxTurns ?? 30)) {
+      let reply: ChatMessage;
+      try {
+        const completion = await policy.complete(messages, sample.tools, {
+          temperature: options.temperature ?? 0,
+          ...(options.maxTokensPerTurn !== undefined ? { maxTokens: options.maxTokensPerTurn } : {}),
+          seed: index,
+          ...(options.signal ? { signal: options.signal } : {}),
+        });
+        const choice = completion.choices[0];
+        if (!choice) throw new Error("policy answered no choice");
+        reply = choice.message;
+      } catch (error) {
+        if (error instanceof PolicyRequestError && error.status === 400) {
+          status = "agent context limit";
+          break;
+        }
+        throw error;
+      }
+      messages.push(reply);
+      turns += 1;
+      const turn = await env.interact(sample.sessionId, reply as Extract<ChatMessage, { role: "assistant" }>, {
+        signal: options.signal,
+      });
+      messages.push(...turn.messages);
+      ({ finish, status, reward } = turn);
+    }
+    if (!finish && status === "running") status = "task limit reached";
+  } finally {
+    if (!finish) await env.cancel(sample.sessionId).catch(() => {});
+  }
+  return { task, index, status, reward, turns };
+}
+
+/**
+ * Evaluates a policy on held-out instances of each task and returns the success table.
+ * Success of an episode is its environment reward clamped to [0, 1] when it completed (binary
+ * for ALFWorld/DB/KG/OS; WebShop's graded score, as AgentBench reports it), 0 otherwise.
+ * Infrastructure failures are retried with a fresh session, never scored.
+ */
+export async function evaluate(options: EvalOptions): Promise<EvalReport> {
+  const env = new ControllerClient({ baseUrl: options.controllerUrl });
+  const policy = new PolicyClient(options.policy);
+  const jobs = options.tasks.flatMap((t) => t.indices.map((index) => ({ task: t.name, index })));
+  const outcomes: EpisodeOutcome[] = [];
+  let next = 0;
+  const worker = async () => {
+    while (next < jobs.length) {
+      const job = jobs[next++] as { task: string; index: number };
+      for (let attempt = 0; ; attempt++) {
+        try {
+          outcomes.push(await playEpisode(env, policy, job.task, job.index, options));
+          break;
+        } catch (error) {
+          const retryable = error instanceof EnvApiError ? error.retryable : !(error instanceof PolicyRequestError);
+          if (!retryable || attempt >= 4 || options.signal?.aborted) throw error;
+          options.log?.warn(
+            { err: error, ...job, attempt },
+            "evaluation episode failed; retrying with a fresh session",
+          );
+        }
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(options.concurrency ?? 8, jobs.length) }, worker));
+  return summarize(options.policyLabel, options.split, options.tasks, outcomes);
+}
+
+export function episodeSuccess(outcome: Pick<EpisodeOutcome, "status" | "reward">): number {
+  return outcome.status === "completed" ? Math.min(1, Math.max(0, outcome.reward)) : 0;
+}
+
+export function summarize(
+  policyLabel: string,
+  split: "train" | "test",
+  tasks: readonly EvalTask[],
+  outcomes: readonly EpisodeOutcome[],
+): EvalReport {
+  const rows = tasks.map((t) => {
+    const mine = outcomes.filter((o) => o.task === t.name);
+    const statuses: Record<string, number> = {};
+    for (const o of mine) statuses[o.status] = (statuses[o.status] ?? 0) + 1;
+    const mean = (f: (o: EpisodeOutcome) => number) =>
+      mine.length ? mine.reduce((s, o) => s + f(o), 0) / mine.length : 0;
+    return {
+      task: t.name,
+      episodes: mine.length,
+      success: mean(episodeSuccess),
+      meanReward: mean((o) => o.reward),
+      meanTurns: mean((o) => o.turns),
+      statuses,
+    };
+  });
+  return {
+    schemaVersion: 1,
+    policy: policyLabel,
+    split,
+    createdAt: new Date().toISOString(),
+    tasks: rows,
+    averageSuccess: rows.length ? rows.reduce((s, r) => s + r.success, 0) / rows.length : 0,
+  };
+}

@@ -1,0 +1,95 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { exampleExpert, exampleRandom, exampleTask } from "../../env-images/example/index.ts";
+import { type RunningController, startController } from "../../functions/controller/controller.ts";
+import { evaluate, summarize } from "../../functions/evaluator/evaluate.ts";
+import type { ScriptedAgent } from "../../shared/env/task.ts";
+import { type RunningWorker, serveTask } from "../../shared/env/worker.ts";
+import { createApp, listen, type RunningServer, readJson } from "../../shared/http.ts";
+import { createLogger } from "../../shared/log.ts";
+import { ChatCompletionRequest, type ChatCompletionResponse } from "../../shared/protocol/openai.ts";
+
+/** An OpenAI-compatible endpoint whose "model" is a scripted agent: no TF.js needed to test evaluation. */
+async function scriptedPolicyServer(
+  agent: ScriptedAgent,
+): Promise<{ server: RunningServer; state: { requests: number } }> {
+  const app = createApp(createLogger({ role: "fake-policy" }));
+  const state = { requests: 0 };
+  app.post("/v1/chat/completions", async (c) => {
+    const request = await readJson(c, ChatCompletionRequest, "chat completion request");
+    state.requests += 1;
+    const message = await agent.act(request.messages, request.seed ?? 0);
+    const response: ChatCompletionResponse = {
+      id: `cmpl-${state.requests}`,
+      object: "chat.completion",
+      created: 0,
+      model: request.model,
+      choices: [{ index: 0, message, finish_reason: "tool_calls", logprobs: null }],
+      usage: { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 },
+    };
+    return c.json(response);
+  });
+  return { server: await listen(app), state };
+}
+
+describe("evaluate", () => {
+  let controller: RunningController;
+  let worker: RunningWorker;
+  const indices = Array.from({ length: 12 }, (_, i) => exampleTask.splits.test.start + i);
+
+  beforeAll(async () => {
+    controller = await startController({ port: 0 });
+    worker = await serveTask(exampleTask, { controllerUrl: controller.url, heartbeatMs: 100 });
+    await worker.heartbeat();
+  });
+  afterAll(async () => {
+    await worker.close();
+    await controller.close();
+  });
+
+  it("scores the expert at 100% and the random agent lower, with the reference's table fields", async () => {
+    const expertPolicy = await scriptedPolicyServer(exampleExpert);
+    const randomPolicy = await scriptedPolicyServer(exampleRandom);
+    try {
+      const common = { controllerUrl: controller.url, split: "test" as const, tasks: [{ name: "example", indices }] };
+      const expert = await evaluate({
+        ...common,
+        policy: { url: `${expertPolicy.server.url}/v1` },
+        policyLabel: "expert",
+      });
+      const random = await evaluate({
+        ...common,
+        policy: { url: `${randomPolicy.server.url}/v1` },
+        policyLabel: "random",
+      });
+      expect(expert.tasks[0]).toMatchObject({ task: "example", episodes: 12, success: 1, meanReward: 1 });
+      expect(expert.tasks[0]?.statuses).toEqual({ completed: 12 });
+      expect(expert.averageSuccess).toBe(1);
+      expect(random.tasks[0]?.episodes).toBe(12);
+      expect(random.averageSuccess).toBeLessThan(1);
+      expect(expertPolicy.state.requests).toBeGreaterThanOrEqual(12);
+      expect(worker.sessionCount).toBe(0);
+    } finally {
+      await expertPolicy.server.close();
+      await randomPolicy.server.close();
+    }
+  });
+
+  it("counts a graded reward only for completed episodes and averages tasks unweighted", () => {
+    const report = summarize(
+      "v1",
+      "test",
+      [
+        { name: "webshop", indices: [1, 2] },
+        { name: "db", indices: [3] },
+      ],
+      [
+        { task: "webshop", index: 1, status: "completed", reward: 0.5, turns: 3 },
+        { task: "webshop", index: 2, status: "task limit reached", reward: 0.9, turns: 20 },
+        { task: "db", index: 3, status: "completed", reward: 1, turns: 2 },
+      ],
+    );
+    expect(report.tasks[0]).toMatchObject({ task: "webshop", success: 0.25, meanReward: 0.7, meanTurns: 11.5 });
+    expect(report.tasks[1]).toMatchObject({ task: "db", success: 1 });
+    expect(report.averageSuccess).toBeCloseTo(0.625, 12);
+  });
+});
