@@ -9,6 +9,8 @@ const COMMANDS: ReadonlyArray<() => Promise<{ register(program: Command): void }
   () => import("./commands/config.ts"),
   () => import("./commands/controller.ts"),
   () => import("./commands/env.ts"),
+  () => import("./commands/container.ts"),
+  () => import("./commands/sweep.ts"),
 ];
 
 async function main(argv: string[]): Promise<void> {

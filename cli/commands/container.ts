@@ -1,0 +1,119 @@
+import { spawn } from "node:child_process";
+import { mkdtemp, writeFile } from "node:fs/promises";
+import { networkInterfaces, tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import type { Command } from "commander";
+import {
+  type ContainerEnv,
+  parseContainerEnv,
+  type ReadS3Text,
+  resolveContainerConfig,
+} from "../../shared/config/containerEnv.ts";
+
+const AGENTRL_BIN = resolve(dirname(fileURLToPath(import.meta.url)), "../../bin/agentrl.mjs");
+
+/** First non-internal IPv4 address: in ECS awsvpc mode, the task's own ENI address. */
+export function taskAddress(): string {
+  for (const addresses of Object.values(networkInterfaces()))
+    for (const address of addresses ?? []) if (address.family === "IPv4" && !address.internal) return address.address;
+  return "127.0.0.1";
+}
+
+/**
+ * The `agentrl` arguments that start the role named by the container environment. `configFile`
+ * holds the resolved experiment config (resource names applied); `sweepFile` the sweep spec.
+ * @example roleArgv(parseContainerEnv(), { configFile: "/tmp/c.json", sweepFile: "" })
+ */
+export function roleArgv(env: ContainerEnv, files: { configFile: string; sweepFile: string }): string[] {
+  const config = ["--config", files.configFile];
+  switch (env.AGENTRL_ROLE) {
+    case "controller":
+      return ["controller", "--host", "0.0.0.0", "--port", String(env.AGENTRL_PORT)];
+    case "env":
+      return [
+        "env",
+        "serve",
+        env.AGENTRL_TASK,
+        "--controller",
+        env.AGENTRL_CONTROLLER_URL,
+        "--host",
+        "0.0.0.0",
+        "--port",
+        String(env.AGENTRL_PORT),
+        // Other tasks reach this one at its ENI address, not at 0.0.0.0.
+        "--address",
+        `http://${taskAddress()}:${env.AGENTRL_PORT}/api`,
+      ];
+    case "policy":
+      return [
+        "policy",
+        "serve",
+        "--pool",
+        env.AGENTRL_POLICY_POOL,
+        "--host",
+        "0.0.0.0",
+        "--port",
+        String(env.AGENTRL_PORT),
+        ...config,
+      ];
+    case "trainer":
+      return ["trainer", ...config];
+    case "feeder":
+      return ["feeder", ...config];
+    case "rollout":
+      return ["rollout", ...config];
+    case "sweep":
+      return ["sweep", files.sweepFile];
+  }
+}
+
+/**
+ * Validates the container environment, writes the resolved experiment config (or sweep spec) to
+ * a file and runs the role as a child process, forwarding SIGTERM/SIGINT and its exit code.
+ */
+export async function runContainer(
+  rawEnv: NodeJS.ProcessEnv,
+  options: { print?: boolean; extraArgs?: readonly string[]; readS3Text?: ReadS3Text } = {},
+): Promise<number> {
+  const env = parseContainerEnv(rawEnv);
+  const dir = await mkdtemp(join(tmpdir(), `agentrl-${env.AGENTRL_ROLE}-`));
+  const configFile = join(dir, "config.json");
+  const sweepFile = join(dir, "sweep.json");
+  if (env.AGENTRL_ROLE === "sweep") await writeFile(sweepFile, env.AGENTRL_SWEEP_JSON);
+  else {
+    const config = await resolveContainerConfig(env, {
+      rawEnv,
+      ...(options.readS3Text ? { readS3Text: options.readS3Text } : {}),
+    });
+    await writeFile(configFile, JSON.stringify(config, null, 2));
+  }
+  const argv = [...roleArgv(env, { configFile, sweepFile }), ...(options.extraArgs ?? [])];
+  if (options.print) {
+    process.stdout.write(`${JSON.stringify({ role: env.AGENTRL_ROLE, argv })}\n`);
+    return 0;
+  }
+  const child = spawn(process.execPath, [AGENTRL_BIN, ...argv], { stdio: "inherit", env: rawEnv });
+  const forward = (signal: NodeJS.Signals) => () => child.kill(signal);
+  process.on("SIGTERM", forward("SIGTERM"));
+  process.on("SIGINT", forward("SIGINT"));
+  return new Promise((resolveExit) => {
+    child.on("exit", (code, signal) => resolveExit(code ?? (signal ? 128 + 15 : 1)));
+  });
+}
+
+/** `agentrl container`: the entrypoint of every image; AGENTRL_ROLE and friends pick and configure the role. */
+export function register(program: Command): void {
+  program
+    .command("container")
+    .description(
+      "start the role named by AGENTRL_ROLE from the typed container environment (the images' entrypoint); " +
+        "arguments after -- go to the role",
+    )
+    .option("--print", "print the role's resolved agentrl arguments instead of starting it")
+    .argument("[args...]", "extra arguments for the role (after --)")
+    .action(async (args: string[], options: { print?: boolean }) => {
+      const code = await runContainer(process.env, { print: options.print ?? false, extraArgs: args });
+      process.exitCode = code;
+    });
+}

@@ -1,0 +1,211 @@
+import { CfnParameter, Stack, type StackProps } from "aws-cdk-lib";
+import type * as s3 from "aws-cdk-lib/aws-s3";
+import type { Construct } from "constructs";
+import type { ContainerEnvInputOf } from "../../shared/config/containerEnv.ts";
+import type { ExperimentConfig } from "../../shared/config/index.ts";
+import { AgentCluster } from "../constructs/cluster.ts";
+import { RoleImages } from "../constructs/images.ts";
+import type { QueueWithDlq } from "../constructs/messaging.ts";
+import { RoleService } from "../constructs/roleService.ts";
+import { requireRange } from "../constructs/validate.ts";
+
+/** The queues compute roles use (from the Messaging construct). */
+export interface PipelineQueues {
+  readonly rolloutRequests: QueueWithDlq;
+  readonly trajectories: QueueWithDlq;
+  readonly policyEvents: QueueWithDlq;
+}
+
+/** Props of {@link ComputeStack}. */
+export interface ComputeStackProps extends StackProps {
+  /** The experiment every service runs (validated; passed to containers as AGENTRL_CONFIG_JSON). */
+  readonly config: ExperimentConfig;
+  /** Build context of every image. */
+  readonly repositoryRoot: string;
+  readonly trajectoryBucket: s3.IBucket;
+  readonly checkpointBucket: s3.IBucket;
+  readonly queues: PipelineQueues;
+  /**
+   * Default of the `GpuInstanceType` stack parameter (override at deploy with
+   * `--parameters AgentRlCompute:GpuInstanceType=g5.2xlarge`).
+   * @default - "g5.xlarge" (1 NVIDIA A10G, 4 vCPU, 16 GiB)
+   */
+  readonly gpuInstanceType?: string;
+  /**
+   * Most rollout worker tasks the queue-depth scaling may run.
+   * @default - 4 x config.rollout.workers
+   */
+  readonly rolloutMaxWorkers?: number;
+  /** @default - 1 */
+  readonly natGateways?: number;
+}
+
+/** Port of env workers and policy servers inside their tasks (each task has its own ENI). */
+export const ENV_WORKER_PORT = 5021;
+export const POLICY_SERVER_PORT = 8000;
+const NAMESPACE = "agentrl.local";
+
+/**
+ * Every role of the pipeline as ECS services: controller (Cloud Map), one env worker service per
+ * task of the mix, current and stale policy servers and the trainer on GPU EC2, the feeder, and
+ * rollout workers scaling on the rollout-requests queue depth. IAM through grants only.
+ */
+export class ComputeStack extends Stack {
+  readonly cluster: AgentCluster;
+  readonly images: RoleImages;
+  readonly controller: RoleService;
+  readonly envWorkers: ReadonlyMap<string, RoleService>;
+  readonly policyServers: { readonly current: RoleService; readonly stale: RoleService };
+  readonly trainer: RoleService;
+  readonly feeder: RoleService;
+  readonly rollout: RoleService;
+
+  constructor(scope: Construct, id: string, props: ComputeStackProps) {
+    super(scope, id, props);
+    const { config, queues, trajectoryBucket, checkpointBucket } = props;
+    const rolloutMaxWorkers = props.rolloutMaxWorkers ?? 4 * config.rollout.workers;
+    requireRange("ComputeStack", "rolloutMaxWorkers", rolloutMaxWorkers, config.rollout.workers, 1000);
+
+    const gpuInstanceType = new CfnParameter(this, "GpuInstanceType", {
+      type: "String",
+      default: props.gpuInstanceType ?? "g5.xlarge",
+      allowedPattern: "^[a-z][a-z0-9-]*\\.[a-z0-9]+$",
+      description: "EC2 GPU instance type of the trainer and policy servers (check your GPU quota first)",
+    });
+    this.cluster = new AgentCluster(this, "Cluster", {
+      gpuInstanceType: gpuInstanceType.valueAsString,
+      namespaceName: NAMESPACE,
+      ...(props.natGateways !== undefined ? { natGateways: props.natGateways } : {}),
+    });
+    this.images = new RoleImages(this, "Images", { repositoryRoot: props.repositoryRoot });
+
+    const common = {
+      AGENTRL_CONFIG_JSON: JSON.stringify(config),
+      AGENTRL_QUEUE_PREFIX: config.transport.queuePrefix,
+      AGENTRL_TRAJECTORY_BUCKET: trajectoryBucket.bucketName,
+      AGENTRL_CHECKPOINT_BUCKET: checkpointBucket.bucketName,
+    } as const;
+    const controllerUrl = `http://controller.${NAMESPACE}:${config.tasks.controllerPort}`;
+    const policyUrl = (pool: string) => `http://policy-${pool}.${NAMESPACE}:${POLICY_SERVER_PORT}`;
+
+    this.controller = new RoleService(this, "Controller", {
+      cluster: this.cluster,
+      image: this.images.functions,
+      environment: {
+        AGENTRL_ROLE: "controller",
+        ...common,
+        AGENTRL_PORT: String(config.tasks.controllerPort),
+      } satisfies ContainerEnvInputOf<"controller">,
+      placement: { kind: "fargate", cpu: 1024, memoryMiB: 2048 },
+      port: config.tasks.controllerPort,
+      discoveryName: "controller",
+      singleton: true,
+    });
+
+    const envWorkers = new Map<string, RoleService>();
+    for (const entry of config.tasks.mix) {
+      const worker = new RoleService(this, `Env-${entry.name}`, {
+        cluster: this.cluster,
+        image: this.images.env(entry.name),
+        environment: {
+          AGENTRL_ROLE: "env",
+          ...common,
+          AGENTRL_TASK: entry.name,
+          AGENTRL_CONTROLLER_URL: controllerUrl,
+          AGENTRL_PORT: String(ENV_WORKER_PORT),
+        } satisfies ContainerEnvInputOf<"env">,
+        placement: { kind: "fargate", cpu: 1024, memoryMiB: 2048 },
+        port: ENV_WORKER_PORT,
+      });
+      // Workers heartbeat to the controller; the controller calls the workers back.
+      this.controller.allowFrom(worker);
+      worker.allowFrom(this.controller);
+      envWorkers.set(entry.name, worker);
+    }
+    this.envWorkers = envWorkers;
+
+    const policyServer = (pool: "current" | "stale") => {
+      const server = new RoleService(this, `Policy-${pool}`, {
+        cluster: this.cluster,
+        image: this.images.trainer,
+        environment: {
+          AGENTRL_ROLE: "policy",
+          ...common,
+          AGENTRL_POLICY_POOL: pool,
+          AGENTRL_PORT: String(POLICY_SERVER_PORT),
+        } satisfies ContainerEnvInputOf<"policy">,
+        placement: { kind: "gpu", gpuCount: 1 },
+        port: POLICY_SERVER_PORT,
+        discoveryName: `policy-${pool}`,
+      });
+      checkpointBucket.grantRead(server.taskRole);
+      queues.policyEvents.queue.grantConsumeMessages(server.taskRole);
+      return server;
+    };
+    this.policyServers = { current: policyServer("current"), stale: policyServer("stale") };
+
+    this.trainer = new RoleService(this, "Trainer", {
+      cluster: this.cluster,
+      image: this.images.trainer,
+      environment: { AGENTRL_ROLE: "trainer", ...common } satisfies ContainerEnvInputOf<"trainer">,
+      placement: { kind: "gpu", gpuCount: 1 },
+      singleton: true,
+    });
+    queues.trajectories.queue.grantConsumeMessages(this.trainer.taskRole);
+    queues.trajectories.deadLetterQueue.grantSendMessages(this.trainer.taskRole);
+    trajectoryBucket.grantRead(this.trainer.taskRole);
+    checkpointBucket.grantReadWrite(this.trainer.taskRole);
+    queues.policyEvents.queue.grantSendMessages(this.trainer.taskRole);
+
+    this.feeder = new RoleService(this, "Feeder", {
+      cluster: this.cluster,
+      image: this.images.functions,
+      environment: { AGENTRL_ROLE: "feeder", ...common } satisfies ContainerEnvInputOf<"feeder">,
+      placement: { kind: "fargate", cpu: 512, memoryMiB: 1024 },
+      singleton: true,
+    });
+    queues.rolloutRequests.queue.grantSendMessages(this.feeder.taskRole);
+    // Backpressure: the feeder reads the depth of the trajectories queue, nothing more.
+    queues.trajectories.queue.grant(this.feeder.taskRole, "sqs:GetQueueAttributes", "sqs:GetQueueUrl");
+    checkpointBucket.grantRead(this.feeder.taskRole);
+
+    this.rollout = new RoleService(this, "Rollout", {
+      cluster: this.cluster,
+      image: this.images.functions,
+      environment: {
+        AGENTRL_ROLE: "rollout",
+        ...common,
+        AGENTRL_CONTROLLER_URL: controllerUrl,
+        AGENTRL_POLICY_CURRENT_URL: policyUrl("current"),
+        AGENTRL_POLICY_STALE_URL: policyUrl("stale"),
+      } satisfies ContainerEnvInputOf<"rollout">,
+      placement: { kind: "fargate", cpu: 1024, memoryMiB: 2048 },
+      desiredCount: config.rollout.workers,
+    });
+    this.rollout.scaleOnQueueDepth(queues.rolloutRequests.queue, {
+      min: config.rollout.workers,
+      max: rolloutMaxWorkers,
+      messagesPerTask: config.rollout.concurrency * 4,
+    });
+    queues.rolloutRequests.queue.grantConsumeMessages(this.rollout.taskRole);
+    // Infrastructure retries re-enqueue the request with attempt + 1; failures are dead-lettered with a reason.
+    queues.rolloutRequests.queue.grantSendMessages(this.rollout.taskRole);
+    queues.rolloutRequests.deadLetterQueue.grantSendMessages(this.rollout.taskRole);
+    trajectoryBucket.grantPut(this.rollout.taskRole);
+    queues.trajectories.queue.grantSendMessages(this.rollout.taskRole);
+    this.controller.allowFrom(this.rollout);
+    this.policyServers.current.allowFrom(this.rollout);
+    this.policyServers.stale.allowFrom(this.rollout);
+
+    for (const service of [
+      this.controller,
+      ...envWorkers.values(),
+      this.policyServers.current,
+      this.policyServers.stale,
+      this.trainer,
+      this.feeder,
+      this.rollout,
+    ])
+      service.acknowledgeGrantWildcards();
+  }
+}
