@@ -152,6 +152,40 @@ describe("db tools", () => {
     );
   });
 
+  it("counts huge results without shipping them, and cuts the display", async () => {
+    const index = firstIndexOfKind("count");
+    await withEpisode(index, async (episode) => {
+      const big = await episode.call(
+        "execute_sql",
+        { query: "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 50000) SELECT x FROM c" },
+        never,
+      );
+      const lines = big.observation.split("\n");
+      expect(lines[0]).toBe("x");
+      expect(lines.length).toBe(22);
+      expect(lines.at(-1)).toBe("... (50000 rows in all, first 20 shown)");
+      const none = await episode.call("execute_sql", { query: "SELECT 1 AS one WHERE 0" }, never);
+      expect(none.observation).toBe("one\n(0 rows)");
+    });
+  });
+
+  it("stops a running query when the episode is cancelled", async () => {
+    const index = firstIndexOfKind("count");
+    const episode = await task.start(index, never);
+    const cancel = new AbortController();
+    setTimeout(() => cancel.abort(), 100);
+    const started = Date.now();
+    await expect(
+      episode.call(
+        "execute_sql",
+        { query: "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT COUNT(*) FROM c" },
+        cancel.signal,
+      ),
+    ).rejects.toThrow("cancelled");
+    expect(Date.now() - started).toBeLessThan(1_500);
+    await episode.close?.();
+  });
+
   it("applies the session rules: unknown tool, bad arguments, turn limit", async () => {
     const index = firstIndexOfKind("count");
     const unknown = new EpisodeSession(task, await task.start(index, never));

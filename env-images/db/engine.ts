@@ -12,7 +12,8 @@ const WORKER_URL = new URL("./sqlWorker.mjs", import.meta.url);
 const SqlValue = z.union([z.string(), z.number(), z.null(), z.instanceof(Uint8Array)]);
 export type SqlValue = z.infer<typeof SqlValue>;
 
-const ResultSet = z.object({ columns: z.array(z.string()), values: z.array(z.array(SqlValue)) });
+/** One statement's result: the first rows (up to the request's maxRows) and how many there were. */
+const ResultSet = z.object({ columns: z.array(z.string()), values: z.array(z.array(SqlValue)), total: z.number() });
 export type ResultSet = z.infer<typeof ResultSet>;
 
 const WorkerReply = z.discriminatedUnion("ok", [
@@ -21,7 +22,7 @@ const WorkerReply = z.discriminatedUnion("ok", [
 ]);
 type WorkerReply = z.infer<typeof WorkerReply>;
 
-type WorkerRequest = { op: "reset"; sql: string } | { op: "exec"; sql: string } | { op: "close" };
+type WorkerRequest = { op: "reset"; sql: string } | { op: "exec"; sql: string; maxRows: number } | { op: "close" };
 
 /** What one statement (or script) did. */
 export type ExecOutcome =
@@ -147,10 +148,10 @@ export class SqlSession {
     return session;
   }
 
-  /** Runs SQL text (one statement or several separated by `;`). */
-  async exec(sql: string, signal?: AbortSignal): Promise<ExecOutcome> {
+  /** Runs SQL text (one statement or several separated by `;`), keeping at most `maxRows` rows per result. */
+  async exec(sql: string, signal?: AbortSignal, maxRows = 50): Promise<ExecOutcome> {
     const worker = await this.ensureWorker();
-    const reply = await worker.request({ op: "exec", sql }, this.timeoutMs, signal);
+    const reply = await worker.request({ op: "exec", sql, maxRows }, this.timeoutMs, signal);
     if (reply === "timeout") {
       this.worker = undefined;
       return { kind: "timeout", limitMs: this.timeoutMs };
@@ -164,7 +165,10 @@ export class SqlSession {
   /** Every row of `table` (null when the table cannot be read, e.g. it was dropped). */
   async tableRows(table: string): Promise<SqlValue[][] | null> {
     const worker = await this.ensureWorker();
-    const reply = await worker.request({ op: "exec", sql: `SELECT * FROM "${table}"` }, REBUILD_LIMIT_MS);
+    const reply = await worker.request(
+      { op: "exec", sql: `SELECT * FROM "${table}"`, maxRows: Number.MAX_SAFE_INTEGER },
+      REBUILD_LIMIT_MS,
+    );
     if (reply === "timeout" || !reply.ok) return null;
     return reply.results[0]?.values ?? [];
   }
@@ -192,7 +196,7 @@ export class SqlSession {
       await worker.terminate();
       throw new Error(`could not build the database: ${setup === "timeout" ? "timed out" : setup.error}`);
     }
-    for (const sql of this.history) await worker.request({ op: "exec", sql }, REBUILD_LIMIT_MS);
+    for (const sql of this.history) await worker.request({ op: "exec", sql, maxRows: 0 }, REBUILD_LIMIT_MS);
     this.worker = worker;
     return worker;
   }

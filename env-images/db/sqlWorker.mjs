@@ -19,8 +19,26 @@ function run(message) {
     }
     case "exec": {
       if (!db) throw new Error("no database is open");
-      const results = db.exec(message.sql);
-      return { results, changes: db.getRowsModified() };
+      // Step through every row but keep only the first maxRows: a huge result is counted, not
+      // copied to the host.
+      const results = [];
+      let changes = 0;
+      for (const statement of db.iterateStatements(message.sql)) {
+        try {
+          const columns = statement.getColumnNames();
+          const values = [];
+          let total = 0;
+          while (statement.step()) {
+            total += 1;
+            if (values.length < message.maxRows) values.push(statement.get());
+          }
+          if (columns.length > 0) results.push({ columns, values, total });
+          else changes += db.getRowsModified();
+        } finally {
+          statement.free();
+        }
+      }
+      return { results, changes };
     }
     case "close": {
       db?.close();

@@ -17,6 +17,8 @@ export const DEFAULT_STATEMENT_TIMEOUT_MS = 2_000;
 /** At most this many result rows are shown; the rest are counted. */
 const MAX_ROWS_SHOWN = 20;
 const MAX_CELL_CHARS = 60;
+/** Longest observation; wide results are cut here with a note. */
+const MAX_OBSERVATION_CHARS = 1_500;
 const MAX_SQL_CHARS = 4_000;
 
 export const ExecuteSqlArgs = z.object({
@@ -59,7 +61,7 @@ function cellText(value: SqlValue): string {
 function renderResultSet(set: ResultSet): string {
   const lines = [set.columns.join(" | ")];
   for (const row of set.values.slice(0, MAX_ROWS_SHOWN)) lines.push(row.map(cellText).join(" | "));
-  const n = set.values.length;
+  const n = set.total;
   if (n > MAX_ROWS_SHOWN) lines.push(`... (${n} rows in all, first ${MAX_ROWS_SHOWN} shown)`);
   else lines.push(`(${n} ${n === 1 ? "row" : "rows"})`);
   return lines.join("\n");
@@ -79,7 +81,10 @@ export function renderOutcome(outcome: ExecOutcome): string {
           ? `OK, ${outcome.changes} ${outcome.changes === 1 ? "row" : "rows"} changed.`
           : "OK, no rows returned.";
       }
-      return withColumns.map(renderResultSet).join("\n\n");
+      const text = withColumns.map(renderResultSet).join("\n\n");
+      return text.length > MAX_OBSERVATION_CHARS
+        ? `${text.slice(0, MAX_OBSERVATION_CHARS)}\n... (output cut at ${MAX_OBSERVATION_CHARS} characters)`
+        : text;
     }
   }
 }
@@ -123,7 +128,7 @@ type Expected = { readonly answers: readonly string[] } | { readonly hash: strin
 async function groundTruth(instance: DbInstance, timeoutMs: number): Promise<Expected> {
   const scratch = await SqlSession.open(instance.setupSql, Math.max(timeoutMs, 5_000));
   try {
-    const outcome = await scratch.exec(instance.referenceSql);
+    const outcome = await scratch.exec(instance.referenceSql, undefined, 10_000);
     if (!isMutation(instance.kind)) return { answers: flattenCells(outcome) };
     if (outcome.kind !== "ok") throw new Error(`reference statement failed: ${renderOutcome(outcome)}`);
     return { hash: tableHash(await scratch.tableRows(instance.table)) };
@@ -152,7 +157,7 @@ class DbEpisode implements Episode {
   async call(tool: string, args: unknown, signal: AbortSignal): Promise<StepResult> {
     if (tool === "execute_sql") {
       const { query } = ExecuteSqlArgs.parse(args);
-      return { observation: renderOutcome(await this.sql.exec(query, signal)) };
+      return { observation: renderOutcome(await this.sql.exec(query, signal, MAX_ROWS_SHOWN)) };
     }
     const { answers } = CommitFinalAnswerArgs.parse(args);
     let correct: boolean;

@@ -27,63 +27,41 @@ export const KG_MAX_TURNS = 15;
 /** Entity names shown per variable before the rest are only counted. */
 const MAX_NAMES_SHOWN = 8;
 
-const Variable = z.string().min(1).max(200);
-export const VariableArgs = z.object({
-  variable: Variable.describe("An entity of the question (e.g. 'Silent River') or a variable such as '#0'."),
-});
-export const RelationArgs = z.object({
-  variable: Variable.describe("The subject entity or variable."),
-  relation: z.string().min(1).max(200).describe("A relation returned by get_relations for this variable."),
-});
-export const IntersectionArgs = z.object({
-  variable1: Variable.describe("The first variable."),
-  variable2: Variable.describe("The second variable, of the same type as the first."),
-});
-export const AttributeArgs = z.object({
-  variable: Variable.describe("The variable among whose entities to choose."),
-  attribute: z.string().min(1).max(200).describe("A numerical attribute returned by get_attributes."),
-});
+// Descriptions are kept short: the tool schemas go into every prompt of a small-context model.
+const Variable = z.string().min(1);
+export const VariableArgs = z.object({ variable: Variable });
+export const RelationArgs = z.object({ variable: Variable, relation: z.string().min(1) });
+export const IntersectionArgs = z.object({ variable1: Variable, variable2: Variable });
+export const AttributeArgs = z.object({ variable: Variable, attribute: z.string().min(1) });
 
 const TOOLS: readonly ToolDefinition[] = [
-  {
-    name: "get_relations",
-    description: "Lists the relations leaving an entity or variable; use it before get_neighbors.",
-    parameters: VariableArgs,
-  },
+  { name: "get_relations", description: "Lists the relations of an entity or variable.", parameters: VariableArgs },
   {
     name: "get_neighbors",
-    description: "Returns, as a new variable, all entities connected to the variable through the relation.",
+    description: "New variable: the entities linked to the variable by the relation.",
     parameters: RelationArgs,
   },
   {
     name: "intersection",
-    description: "Returns, as a new variable, the entities in both variables (which must be of the same type).",
+    description: "New variable: the entities in both variables (same type).",
     parameters: IntersectionArgs,
   },
-  {
-    name: "get_attributes",
-    description: "Lists the numerical attributes of a variable's entities; use it before argmax or argmin.",
-    parameters: VariableArgs,
-  },
+  { name: "get_attributes", description: "Lists the numerical attributes of a variable.", parameters: VariableArgs },
   {
     name: "argmax",
-    description: "Returns, as a new variable, the entity of the variable with the largest value of the attribute.",
+    description: "New variable: the entity with the largest attribute value.",
     parameters: AttributeArgs,
   },
   {
     name: "argmin",
-    description: "Returns, as a new variable, the entity of the variable with the smallest value of the attribute.",
+    description: "New variable: the entity with the smallest attribute value.",
     parameters: AttributeArgs,
   },
-  {
-    name: "count",
-    description: "Returns, as a new variable, the number of entities in the variable.",
-    parameters: VariableArgs,
-  },
+  { name: "count", description: "New variable: the number of entities in the variable.", parameters: VariableArgs },
   {
     name: "final_answer",
-    description: "Submits the variable that answers the question (e.g. '#3') and ends the task.",
-    parameters: z.object({ variable: Variable.describe("The answer variable, such as '#3'.") }),
+    description: "Answers with a variable (e.g. #3) and ends the task.",
+    parameters: VariableArgs,
   },
 ];
 
