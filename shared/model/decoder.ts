@@ -1,6 +1,6 @@
 import * as tf from "@tensorflow/tfjs";
 import { AgentRlError } from "../errors.ts";
-import { attentionForward } from "./ops.ts";
+import { attentionForward, tidyRead } from "./ops.ts";
 import type { TransformerPolicy } from "./transformer.ts";
 import type { Decoder, InferencePolicy } from "./types.ts";
 
@@ -92,7 +92,7 @@ export class KvDecoder implements Decoder {
     const kvWidth = dims.kvHeads * dims.headDim;
     const kCol = dims.heads * dims.headDim;
     const vCol = kCol + kvWidth;
-    const logits = tf.tidy(() => {
+    const logits = tidyRead(() => {
       const hidden = policy.hidden(Int32Array.from(prompt), (layer, qkv) => {
         const fwd = attentionForward(qkv.dataSync() as Float32Array, [L], dims, rope, false);
         const keys = state.keys[layer]!;
@@ -137,7 +137,7 @@ export class KvDecoder implements Decoder {
     const kvWidth = kvHeads * hd;
     const scale = 1 / Math.sqrt(hd);
     const n = slots.length;
-    const logits = tf.tidy(() => {
+    const logits = tidyRead(() => {
       const hidden = policy.hidden(Int32Array.from(tokens), (layer, qkv) => {
         const buf = qkv.dataSync() as Float32Array;
         const out = new Float32Array(n * heads * hd);

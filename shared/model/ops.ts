@@ -82,6 +82,18 @@ function data(t: tf.Tensor): Float32Array {
   return t.dataSync() as Float32Array;
 }
 
+/**
+ * Runs `fn` in a tf.tidy scope and returns its plain (non-tensor) result. Returning a typed array
+ * straight from tf.tidy is slow: tidy walks every element looking for tensors.
+ */
+export function tidyRead<T>(fn: () => T): T {
+  let result: T | undefined;
+  tf.tidy(() => {
+    result = fn();
+  });
+  return result as T;
+}
+
 type Forward<T extends tf.Tensor> = (save: tf.GradSaveFunc) => {
   value: T;
   gradFunc: (dy: T, saved: tf.Tensor[]) => tf.Tensor | tf.Tensor[];
@@ -286,7 +298,7 @@ export function attentionForward(
           v[t * hd + i] = roped[row + vCol + i]!;
         }
       }
-      const [p, o] = tf.tidy(() => {
+      const [p, o] = tidyRead(() => {
         const scores = tf.add(
           tf.matMul(tf.tensor2d(q, [rep * L, hd]), tf.tensor2d(kt, [hd, L])),
           tf.tensor2d(mask, [rep * L, L]),
@@ -355,7 +367,7 @@ export function attention(qkv: tf.Tensor2D, seqLens: readonly number[], dims: Di
           }
           const R = rep * L;
           // dV = Pᵀ·dO, dP = dO·Vᵀ (both sum over the group's heads through the stacked rows).
-          const [dV, dP] = tf.tidy(() => {
+          const [dV, dP] = tidyRead(() => {
             const dOt = tf.tensor2d(dO, [R, hd]);
             return [
               data(tf.matMul(tf.tensor2d(transposed(p, R, L), [L, R]), dOt)),
@@ -369,7 +381,7 @@ export function attention(qkv: tf.Tensor2D, seqLens: readonly number[], dims: Di
             for (let j = 0; j < L; j++) dot += dP[i * L + j]! * p[i * L + j]!;
             for (let j = 0; j < L; j++) dS[i * L + j] = p[i * L + j]! * (dP[i * L + j]! - dot);
           }
-          const [dQs, dK] = tf.tidy(() => [
+          const [dQs, dK] = tidyRead(() => [
             data(tf.matMul(tf.tensor2d(dS, [R, L]), tf.tensor2d(k, [L, hd]))),
             data(tf.matMul(tf.tensor2d(transposed(dS, R, L), [L, R]), tf.tensor2d(qs, [R, hd]))),
           ]);
