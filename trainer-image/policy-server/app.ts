@@ -1,0 +1,194 @@
+import { randomUUID } from "node:crypto";
+import type { Hono } from "hono";
+import type { ChatCodec } from "../../shared/chat/index.ts";
+import { ValidationError } from "../../shared/errors.ts";
+import { createApp, HttpError, readJson } from "../../shared/http.ts";
+import type { Logger } from "../../shared/log.ts";
+import type { InferencePolicy } from "../../shared/model/types.ts";
+import {
+  type ChatCompletionChoice,
+  ChatCompletionRequest,
+  type ChatCompletionResponse,
+} from "../../shared/protocol/openai.ts";
+import type { Pool } from "./follower.ts";
+import { BatchScheduler, GenerationError, type GenerationResult } from "./scheduler.ts";
+
+export interface PolicyServerOptions {
+  /** The version served first; later versions arrive through `install`. */
+  readonly policy: InferencePolicy;
+  readonly codec: ChatCodec;
+  readonly log: Logger;
+  /** Decoder slots: most sequences decoded together. */
+  readonly maxBatch: number;
+  /** Name reported by /v1/models and in responses. @default "agentrl-<pool>" */
+  readonly modelName?: string;
+  readonly pool?: Pool;
+}
+
+/** A policy server: the HTTP app plus the scheduler and the hook that swaps weights. */
+export interface PolicyServer {
+  readonly app: Hono;
+  readonly scheduler: BatchScheduler;
+  /** Version currently served. */
+  version(): number;
+  /** Switches to `policy` between decode steps, then frees the previous policy. */
+  install(policy: InferencePolicy): Promise<void>;
+  /** Stops the scheduler (queued and running requests fail) and frees the policy. */
+  close(): Promise<void>;
+}
+
+/**
+ * OpenAI-compatible chat completions over a continuous-batching scheduler:
+ * - `POST /v1/chat/completions` — messages + tools → assistant message with `tool_calls`; each
+ *   choice carries `agentrl` (GenerationTrace: generated ids, their log-probs, per-token policy
+ *   versions, prompt ids). `agentrl.prompt_token_ids` in the request replaces rendering.
+ * - `GET /v1/models`, `GET /health`, `GET /stats` (decode steps, batch sizes: batching made visible).
+ * A prompt that does not fit the context window answers 400 naming `messages`; `max_tokens` is
+ * clamped to the room left (finish_reason `length` says so).
+ */
+export function createPolicyServer(options: PolicyServerOptions): PolicyServer {
+  const { codec, log } = options;
+  const pool = options.pool ?? "current";
+  const modelName = options.modelName ?? `agentrl-${pool}`;
+  const { contextLength, vocabSize } = options.policy.config;
+  let current = options.policy;
+  const decoder = current.createDecoder(options.maxBatch);
+  const scheduler = new BatchScheduler(decoder, { stopTokenIds: codec.stopTokenIds, contextLength, log });
+  const startedAt = Math.floor(Date.now() / 1000);
+
+  const app = createApp(log);
+
+  app.get("/health", (c) =>
+    c.json({ status: "ok", pool, policyVersion: scheduler.policyVersion, ...pick(scheduler.stats()) }),
+  );
+  app.get("/stats", (c) => c.json(scheduler.stats()));
+  app.get("/v1/models", (c) =>
+    c.json({
+      object: "list",
+      data: [
+        {
+          id: modelName,
+          object: "model",
+          created: startedAt,
+          owned_by: "agentrl",
+          policy_version: scheduler.policyVersion,
+          pool,
+          context_length: contextLength,
+        },
+      ],
+    }),
+  );
+
+  app.post("/v1/chat/completions", async (c) => {
+    const request = await readJson(c, ChatCompletionRequest, "chat completion request");
+    const prompt = request.agentrl?.prompt_token_ids ?? codec.promptTokens(request.messages, request.tools);
+    const badId = prompt.findIndex((id) => id >= vocabSize);
+    if (badId >= 0)
+      throw new ValidationError("chat completion request", [
+        {
+          path: `agentrl.prompt_token_ids[${badId}]`,
+          message: `token id ${prompt[badId]} is outside the vocabulary 0..${vocabSize - 1}`,
+        },
+      ]);
+    if (prompt.length >= contextLength)
+      throw new ValidationError("chat completion request", [
+        {
+          path: request.agentrl ? "agentrl.prompt_token_ids" : "messages",
+          message: `the prompt is ${prompt.length} tokens but the context window is ${contextLength} tokens (at most ${contextLength - 1} prompt tokens leave room to generate); shorten the conversation`,
+        },
+      ]);
+    const room = contextLength - prompt.length;
+    const maxTokens = Math.min(request.max_tokens ?? room, room);
+    const baseSeed = request.seed ?? Math.floor(Math.random() * 2 ** 32);
+    const signal = c.req.raw.signal;
+    const results = await Promise.all(
+      Array.from({ length: request.n }, (_, i) =>
+        scheduler.generate({
+          prompt,
+          maxTokens,
+          temperature: request.temperature,
+          topP: request.top_p,
+          seed: (baseSeed + i) >>> 0,
+          signal,
+        }),
+      ),
+    ).catch((error: unknown) => {
+      // Shutdown or a failed decode step: the request cannot be served now, the server lives on.
+      if (error instanceof GenerationError) throw new HttpError(503, error.message);
+      throw error;
+    });
+    const id = `chatcmpl-${randomUUID()}`;
+    const choices = results.map((result, index) =>
+      toChoice(result, index, `call_${id.slice(8, 16)}_${index}`, prompt, request),
+    );
+    const completionTokens = results.reduce((sum, r) => sum + r.tokens.length, 0);
+    const body: ChatCompletionResponse = {
+      id,
+      object: "chat.completion",
+      created: Math.floor(Date.now() / 1000),
+      model: modelName,
+      choices,
+      usage: {
+        prompt_tokens: prompt.length,
+        completion_tokens: completionTokens,
+        total_tokens: prompt.length + completionTokens,
+      },
+    };
+    return c.json(body);
+  });
+
+  function toChoice(
+    result: GenerationResult,
+    index: number,
+    idPrefix: string,
+    prompt: readonly number[],
+    request: ChatCompletionRequest,
+  ): ChatCompletionChoice {
+    const parsed = codec.parseGenerated(result.tokens, idPrefix);
+    const message =
+      request.tool_choice === "none" ? { role: "assistant" as const, content: parsed.text } : parsed.message;
+    const hasCalls = (message.tool_calls?.length ?? 0) > 0;
+    return {
+      index,
+      message,
+      finish_reason: hasCalls ? "tool_calls" : result.finishReason,
+      logprobs: request.logprobs
+        ? {
+            content: result.tokens.map((token, t) => ({
+              token: codec.decode([token]),
+              logprob: result.logprobs[t] as number,
+              bytes: codec.tokenizer.tokenBytes(token),
+            })),
+          }
+        : null,
+      agentrl: {
+        token_ids: result.tokens,
+        logprobs: result.logprobs,
+        policy_versions: result.versions,
+        prompt_token_ids: [...prompt],
+        prompt_truncated: false,
+      },
+    };
+  }
+
+  return {
+    app,
+    scheduler,
+    version: () => scheduler.policyVersion,
+    async install(policy: InferencePolicy): Promise<void> {
+      const previous = current;
+      await scheduler.switchPolicy(policy);
+      current = policy;
+      if (previous !== policy) previous.dispose();
+    },
+    async close(): Promise<void> {
+      await scheduler.stop();
+      decoder.dispose();
+      current.dispose();
+    },
+  };
+}
+
+function pick(stats: ReturnType<BatchScheduler["stats"]>): { active: number; queued: number } {
+  return { active: stats.active, queued: stats.queued };
+}
