@@ -463,8 +463,10 @@ export class AwsTransport implements Transport {
    * call again. For moto and LocalStack; in AWS the CDK stack owns these resources.
    */
   async ensureResources(): Promise<void> {
-    for (const name of QUEUE_NAMES) await this.ensureQueue(name);
-    for (const bucket of [this.config.trajectoryBucket, this.config.checkpointBucket]) await this.ensureBucket(bucket);
+    await Promise.all([
+      ...QUEUE_NAMES.map((name) => this.ensureQueue(name)),
+      ...[this.config.trajectoryBucket, this.config.checkpointBucket].map((bucket) => this.ensureBucket(bucket)),
+    ]);
   }
 
   private async ensureQueue(name: QueueName): Promise<void> {

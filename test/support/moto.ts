@@ -26,6 +26,8 @@ export function setDummyAwsCredentials(): void {
   process.env.AWS_ACCESS_KEY_ID ??= "testing";
   process.env.AWS_SECRET_ACCESS_KEY ??= "testing";
   process.env.AWS_REGION ??= "us-east-1";
+  // The SDK warns once per process that Node 20 support ends in 2027; it only clutters test and bench output.
+  process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= "true";
 }
 
 /** Starts `python3 -m moto.server` on a free port and waits until it answers. */

@@ -4,6 +4,7 @@ import { AwsTransport } from "../../shared/transport/aws.ts";
 import { MissingResourceError } from "../../shared/transport/errors.ts";
 import { type MotoServer, startMoto } from "../support/moto.ts";
 import { registerTransportConformance } from "./conformance.ts";
+import { registerCrashSafety } from "./crash.ts";
 import { awsTarget } from "./target.ts";
 
 let moto: MotoServer;
@@ -18,6 +19,7 @@ afterAll(async () => {
 
 describe("aws transport conformance (moto server)", () => {
   registerTransportConformance(() => target);
+  registerCrashSafety(() => target, { objectBytes: 2 * 1024 * 1024 });
 });
 
 describe("aws transport resources", () => {

@@ -1,13 +1,8 @@
-import { afterAll, afterEach, describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it, type TestContext } from "vitest";
 import type { TransportConfig } from "../../shared/config/transport.ts";
 import { ValidationError } from "../../shared/errors.ts";
 import { InvalidObjectKeyError, ReceiptHandleError } from "../../shared/transport/errors.ts";
-import {
-  MAX_RECEIVE_COUNT_EXCEEDED,
-  type Queue,
-  type ReceivedMessage,
-  type Transport,
-} from "../../shared/transport/types.ts";
+import { MAX_RECEIVE_COUNT_EXCEEDED, type Queue, type ReceivedMessage } from "../../shared/transport/types.ts";
 import { openTransport, type TransportTarget } from "./target.ts";
 
 /**
@@ -15,23 +10,26 @@ import { openTransport, type TransportTarget } from "./target.ts";
  * test opens its own isolated transport, so tests never see each other's messages or objects.
  */
 export function registerTransportConformance(target: () => TransportTarget): void {
-  const opened: Transport[] = [];
-  const open = async (overrides: Partial<TransportConfig> = {}) => {
+  /** A fresh isolated transport, closed when the test finishes (tests run concurrently). */
+  const open = async (context: TestContext, overrides: Partial<TransportConfig> = {}) => {
     const config = await target().freshConfig(overrides);
     const transport = await openTransport(config);
-    opened.push(transport);
-    return { transport, config };
+    context.onTestFinished(() => transport.close());
+    /** A second connection to the same queues and stores, as another process would have. */
+    const another = async () => {
+      const other = await openTransport(config);
+      context.onTestFinished(() => other.close());
+      return other;
+    };
+    return { transport, another };
   };
-  afterEach(async () => {
-    await Promise.all(opened.splice(0).map((t) => t.close()));
-  });
   afterAll(async () => {
     await target().cleanup();
   });
 
-  describe("queue", () => {
-    it("send, receive and delete one message", async () => {
-      const { transport } = await open();
+  describe.concurrent("queue", () => {
+    it("send, receive and delete one message", async (context) => {
+      const { transport } = await open(context);
       const queue = transport.queue("rollout-requests");
       const id = await queue.send('{"n":1}');
       const [message, ...rest] = await queue.receive({ waitSeconds: 1 });
@@ -43,8 +41,8 @@ export function registerTransportConformance(target: () => TransportTarget): voi
       expect(await queue.approximateDepth()).toEqual({ visible: 0, inFlight: 0 });
     });
 
-    it("keeps queues apart", async () => {
-      const { transport } = await open();
+    it("keeps queues apart", async (context) => {
+      const { transport } = await open(context);
       await transport.queue("trajectories").send("for trajectories");
       expect(await transport.queue("rollout-requests").receive()).toEqual([]);
       expect(await transport.queue("policy-events").receive()).toEqual([]);
@@ -52,8 +50,8 @@ export function registerTransportConformance(target: () => TransportTarget): voi
       expect(message?.body).toBe("for trajectories");
     });
 
-    it("sends a batch larger than one SQS batch, every body once", async () => {
-      const { transport } = await open();
+    it("sends a batch larger than one SQS batch, every body once", async (context) => {
+      const { transport } = await open(context);
       const queue = transport.queue("trajectories");
       const bodies = Array.from({ length: 23 }, (_, i) => `message-${i}`);
       const ids = await queue.sendBatch(bodies);
@@ -65,8 +63,8 @@ export function registerTransportConformance(target: () => TransportTarget): voi
       expect(new Set(received.map((m) => m.id))).toEqual(new Set(ids));
     });
 
-    it("hides a received message for its visibility timeout, then redelivers it with a new handle", async () => {
-      const { transport } = await open();
+    it("hides a received message for its visibility timeout, then redelivers it with a new handle", async (context) => {
+      const { transport } = await open(context);
       const queue = transport.queue("rollout-requests");
       const id = await queue.send("work");
       const [first] = await queue.receive({ visibilityTimeoutSeconds: 1 });
@@ -78,8 +76,8 @@ export function registerTransportConformance(target: () => TransportTarget): voi
       expect(second!.receiptHandle).not.toBe(first!.receiptHandle);
     });
 
-    it("uses the queue's default visibility timeout when receive gives none", async () => {
-      const { transport } = await open({ visibilityTimeoutSeconds: 1 });
+    it("uses the queue's default visibility timeout when receive gives none", async (context) => {
+      const { transport } = await open(context, { visibilityTimeoutSeconds: 1 });
       const queue = transport.queue("rollout-requests");
       await queue.send("work");
       await queue.receive();
@@ -88,8 +86,8 @@ export function registerTransportConformance(target: () => TransportTarget): voi
       expect(again?.receiveCount).toBe(2);
     });
 
-    it("changeVisibility extends or releases a delivery; a deleted handle is rejected", async () => {
-      const { transport } = await open();
+    it("changeVisibility extends or releases a delivery; a deleted handle is rejected", async (context) => {
+      const { transport } = await open(context);
       const queue = transport.queue("rollout-requests");
       await queue.send("work");
       const [first] = await queue.receive({ visibilityTimeoutSeconds: 1 });
@@ -104,8 +102,8 @@ export function registerTransportConformance(target: () => TransportTarget): voi
       await expect(queue.changeVisibility(second!.receiptHandle, -1)).rejects.toBeInstanceOf(ValidationError);
     });
 
-    it("deleting twice, or with a stale handle, does not throw", async () => {
-      const { transport } = await open();
+    it("deleting twice, or with a stale handle, does not throw", async (context) => {
+      const { transport } = await open(context);
       const queue = transport.queue("rollout-requests");
       await queue.send("work");
       const [first] = await queue.receive({ visibilityTimeoutSeconds: 0 });
@@ -124,8 +122,8 @@ export function registerTransportConformance(target: () => TransportTarget): voi
       expect(await queue.approximateDepth()).toEqual({ visible: 0, inFlight: 0 });
     });
 
-    it("a long poll returns as soon as a message arrives", async () => {
-      const { transport } = await open();
+    it("a long poll returns as soon as a message arrives", async (context) => {
+      const { transport } = await open(context);
       const queue = transport.queue("policy-events");
       const started = Date.now();
       const polling = queue.receive({ waitSeconds: 10 });
@@ -137,10 +135,9 @@ export function registerTransportConformance(target: () => TransportTarget): voi
       expect(Date.now() - started).toBeLessThan(5000);
     });
 
-    it("a long poll sees a message sent by another connection (another process)", async () => {
-      const { transport, config } = await open();
-      const other = await openTransport(config);
-      opened.push(other);
+    it("a long poll sees a message sent by another connection (another process)", async (context) => {
+      const { transport, another } = await open(context);
+      const other = await another();
       const started = Date.now();
       const polling = transport.queue("policy-events").receive({ waitSeconds: 10 });
       await sleep(300);
@@ -150,17 +147,16 @@ export function registerTransportConformance(target: () => TransportTarget): voi
       expect(Date.now() - started).toBeLessThan(5000);
     });
 
-    it("an empty long poll waits about waitSeconds and returns nothing", async () => {
-      const { transport } = await open();
+    it("an empty long poll waits about waitSeconds and returns nothing", async (context) => {
+      const { transport } = await open(context);
       const started = Date.now();
       expect(await transport.queue("policy-events").receive({ waitSeconds: 1 })).toEqual([]);
       expect(Date.now() - started).toBeGreaterThanOrEqual(900);
     });
 
-    it("receive returns at most maxMessages and two receivers never share a delivery", async () => {
-      const { transport, config } = await open();
-      const other = await openTransport(config);
-      opened.push(other);
+    it("receive returns at most maxMessages and two receivers never share a delivery", async (context) => {
+      const { transport, another } = await open(context);
+      const other = await another();
       await transport.queue("trajectories").sendBatch(["a", "b", "c", "d", "e"]);
       const mine = await transport.queue("trajectories").receive({ maxMessages: 3 });
       expect(mine.length).toBeGreaterThan(0);
@@ -170,8 +166,8 @@ export function registerTransportConformance(target: () => TransportTarget): voi
       expect(new Set(ids).size).toBe(5);
     });
 
-    it("approximateDepth counts visible and in-flight messages", async () => {
-      const { transport } = await open();
+    it("approximateDepth counts visible and in-flight messages", async (context) => {
+      const { transport } = await open(context);
       const queue = transport.queue("trajectories");
       await queue.sendBatch(["1", "2", "3"]);
       expect(await queue.approximateDepth()).toEqual({ visible: 3, inFlight: 0 });
@@ -179,8 +175,8 @@ export function registerTransportConformance(target: () => TransportTarget): voi
       expect(await queue.approximateDepth()).toEqual({ visible: 2, inFlight: 1 });
     });
 
-    it("fail makes the message visible again; after maxReceiveCount it is dead-lettered with its reason", async () => {
-      const { transport } = await open({ maxReceiveCount: 3 });
+    it("fail makes the message visible again; after maxReceiveCount it is dead-lettered with its reason", async (context) => {
+      const { transport } = await open(context, { maxReceiveCount: 3 });
       const queue = transport.queue("rollout-requests");
       const id = await queue.send("poison");
       for (let delivery = 1; delivery <= 3; delivery++) {
@@ -196,8 +192,8 @@ export function registerTransportConformance(target: () => TransportTarget): voi
       expect(await queue.deadLetters()).toEqual(dead);
     });
 
-    it("a message whose deliveries run out without delete or fail is dead-lettered as maxReceiveCount exceeded", async () => {
-      const { transport } = await open({ maxReceiveCount: 2 });
+    it("a message whose deliveries run out without delete or fail is dead-lettered as maxReceiveCount exceeded", async (context) => {
+      const { transport } = await open(context, { maxReceiveCount: 2 });
       const queue = transport.queue("rollout-requests");
       const id = await queue.send("crashes its consumers");
       // Visibility 0: as if each consumer died at once and its timeout lapsed.
@@ -209,8 +205,8 @@ export function registerTransportConformance(target: () => TransportTarget): voi
       expect(dead!.receiveCount).toBeGreaterThanOrEqual(2);
     });
 
-    it("rejects invalid receive options and bodies with the failing field", async () => {
-      const { transport } = await open();
+    it("rejects invalid receive options and bodies with the failing field", async (context) => {
+      const { transport } = await open(context);
       const queue = transport.queue("rollout-requests");
       await expect(queue.receive({ maxMessages: 11 })).rejects.toThrow(/maxMessages/);
       await expect(queue.receive({ waitSeconds: 21 })).rejects.toThrow(/waitSeconds/);
@@ -221,9 +217,9 @@ export function registerTransportConformance(target: () => TransportTarget): voi
     });
   });
 
-  describe("object store", () => {
-    it("put, get, getText, head and delete; missing keys give undefined", async () => {
-      const { transport } = await open();
+  describe.concurrent("object store", () => {
+    it("put, get, getText, head and delete; missing keys give undefined", async (context) => {
+      const { transport } = await open(context);
       const store = transport.store("trajectories");
       expect(await store.get("nope")).toBeUndefined();
       expect(await store.getText("nope/deeper")).toBeUndefined();
@@ -242,8 +238,8 @@ export function registerTransportConformance(target: () => TransportTarget): voi
       expect(await store.get("exp")).toBeUndefined();
     });
 
-    it("round-trips binary bodies byte for byte", async () => {
-      const { transport } = await open();
+    it("round-trips binary bodies byte for byte", async (context) => {
+      const { transport } = await open(context);
       const store = transport.store("checkpoints");
       const bytes = new Uint8Array(70_000).map((_, i) => (i * 7) % 256);
       await store.put("policies/v1/weights.bin", bytes);
@@ -251,25 +247,24 @@ export function registerTransportConformance(target: () => TransportTarget): voi
       expect(await store.head("policies/v1/weights.bin")).toMatchObject({ size: 70_000 });
     });
 
-    it("keeps the two stores apart", async () => {
-      const { transport } = await open();
+    it("keeps the two stores apart", async (context) => {
+      const { transport } = await open(context);
       await transport.store("checkpoints").put("policies/v1/manifest.json", "{}");
       expect(await transport.store("trajectories").get("policies/v1/manifest.json")).toBeUndefined();
       expect(await transport.store("trajectories").list("")).toEqual([]);
     });
 
-    it("putIfAbsent writes only the first time", async () => {
-      const { transport } = await open();
+    it("putIfAbsent writes only the first time", async (context) => {
+      const { transport } = await open(context);
       const store = transport.store("checkpoints");
       expect(await store.putIfAbsent("policies/v2/manifest.json", "first")).toBe(true);
       expect(await store.putIfAbsent("policies/v2/manifest.json", "second")).toBe(false);
       expect(await store.getText("policies/v2/manifest.json")).toBe("first");
     });
 
-    it("concurrent putIfAbsent: exactly one writer wins and its body is what stays", async () => {
-      const { transport, config } = await open();
-      const other = await openTransport(config);
-      opened.push(other);
+    it("concurrent putIfAbsent: exactly one writer wins and its body is what stays", async (context) => {
+      const { transport, another } = await open(context);
+      const other = await another();
       const stores = [transport.store("checkpoints"), other.store("checkpoints")];
       const results = await Promise.all(
         Array.from({ length: 12 }, (_, i) => stores[i % 2]!.putIfAbsent("policies/v7/manifest.json", `writer-${i}`)),
@@ -279,8 +274,8 @@ export function registerTransportConformance(target: () => TransportTarget): voi
       expect(await stores[1]!.getText("policies/v7/manifest.json")).toBe(`writer-${winner}`);
     });
 
-    it("lists keys under a prefix in lexicographic order", async () => {
-      const { transport } = await open();
+    it("lists keys under a prefix in lexicographic order", async (context) => {
+      const { transport } = await open(context);
       const store = transport.store("trajectories");
       const keys = ["b/2", "a/10", "a/2", "a/1/x", "ab", "a-", "a/1/y/z", "c"];
       for (const key of keys) await store.put(key, key);
@@ -295,8 +290,8 @@ export function registerTransportConformance(target: () => TransportTarget): voi
       expect(first).toMatchObject({ key: "b/2", size: 3 });
     });
 
-    it("rejects keys that could escape the store, naming the key", async () => {
-      const { transport } = await open();
+    it("rejects keys that could escape the store, naming the key", async (context) => {
+      const { transport } = await open(context);
       const store = transport.store("trajectories");
       for (const key of ["", "../outside", "/etc/passwd", "a/../../b", "a//b", "a/./b", "trailing/", "back\\slash"]) {
         await expect(store.put(key, "x"), key).rejects.toBeInstanceOf(InvalidObjectKeyError);
