@@ -38,8 +38,16 @@ export const SweepSpec = z
     timezone: z.string().default("UTC"),
     base: z.record(z.string(), z.unknown()).default({}).describe("experiment config shared by every point"),
     grid: z
-      .record(FieldPath, z.array(z.unknown()).min(1, "needs at least one value"))
-      .refine((grid) => Object.keys(grid).length > 0, "needs at least one field")
+      .record(z.string(), z.array(z.unknown()).min(1, "needs at least one value"))
+      .superRefine((grid, ctx) => {
+        const paths = Object.keys(grid);
+        if (paths.length === 0) ctx.addIssue({ code: "custom", message: "needs at least one field" });
+        for (const path of paths) {
+          const checked = FieldPath.safeParse(path);
+          if (!checked.success)
+            ctx.addIssue({ code: "custom", path: [path], message: checked.error.issues[0]?.message ?? "bad path" });
+        }
+      })
       .describe("config field path -> values to try"),
   })
   .strict();
