@@ -6,8 +6,24 @@ export {
   backendInfo,
   initBackend,
 } from "./backend.ts";
+export {
+  CHECKPOINT_FILES,
+  CHECKPOINT_SCHEMA_VERSION,
+  CheckpointError,
+  CheckpointManifest,
+  type LoadCheckpointOptions,
+  type LoadedCheckpoint,
+  listVersions,
+  loadCheckpoint,
+  newestVersion,
+  readManifest,
+  type SaveCheckpointOptions,
+  saveCheckpoint,
+  versionPrefix,
+} from "./checkpoint.ts";
 export { DecoderError, KvDecoder } from "./decoder.ts";
 export { logProbOf } from "./ops.ts";
+export { decodeSafetensors, encodeSafetensors, type NamedTensor, SafetensorsError } from "./safetensors.ts";
 export {
   type CreatePolicyOptions,
   createPolicy,

@@ -265,11 +265,15 @@ export class TransformerPolicy implements InferencePolicy, TrainablePolicy {
     return out;
   }
 
-  trainStep(
+  /**
+   * The summed gradient of `loss` over all micro-batches, per parameter (checkpoint order), without
+   * touching the weights. trainStep is this plus clipping and Adam.
+   */
+  gradients(
     sequences: readonly Int32Array[],
     temperature: number,
     loss: (logp: tf.Tensor2D, rows: readonly number[]) => tf.Scalar,
-  ): { loss: number; gradNorm: number } {
+  ): { loss: number; grads: Map<string, Float32Array> } {
     this.assertLive();
     if (!this.trainable) throw new ModelInputError("trainStep: this policy is a frozen snapshot");
     this.checkTemperature(temperature);
@@ -294,8 +298,16 @@ export class TransformerPolicy implements InferencePolicy, TrainablePolicy {
         grad.dispose();
       }
     }
-    const gradNorm = this.applyAdam(grads);
-    return { loss: totalLoss, gradNorm };
+    return { loss: totalLoss, grads };
+  }
+
+  trainStep(
+    sequences: readonly Int32Array[],
+    temperature: number,
+    loss: (logp: tf.Tensor2D, rows: readonly number[]) => tf.Scalar,
+  ): { loss: number; gradNorm: number } {
+    const { loss: total, grads } = this.gradients(sequences, temperature, loss);
+    return { loss: total, gradNorm: this.applyAdam(grads) };
   }
 
   /** Global-norm clipping and one bias-corrected Adam update, in plain arrays (the parameter count is small). */
