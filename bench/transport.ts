@@ -1,0 +1,134 @@
+/**
+ * `npm run bench:transport`: the local transport and the aws transport on a moto server, side by
+ * side, in one bounded run (< 60 s). Per backend: full send+receive+delete cycles per second
+ * (one message at a time, and in batches of 10), and put/get latency of 16 KiB objects (p50, p99).
+ * Each phase stops at its message/object count or its time cap, whichever comes first.
+ */
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { TransportConfig } from "../shared/config/transport.ts";
+import { createTransport } from "../shared/transport/index.ts";
+import type { Transport } from "../shared/transport/types.ts";
+import { startMoto } from "../test/support/moto.ts";
+
+const PHASE_CAP_MS = 3_000;
+const MESSAGES_PER_PHASE = 5_000;
+const OBJECTS_PER_PHASE = 500;
+const OBJECT_BYTES = 16 * 1024;
+const BATCH = 10;
+
+interface Figures {
+  unbatched: { perSecond: number; count: number };
+  batched: { perSecond: number; count: number };
+  put: { p50: number; p99: number; count: number };
+  get: { p50: number; p99: number; count: number };
+}
+
+async function measure(transport: Transport): Promise<Figures> {
+  const queue = transport.queue("rollout-requests");
+  const body = JSON.stringify({ schemaVersion: 1, kind: "bench", padding: "x".repeat(200) });
+
+  // One message at a time: send, receive, delete.
+  let started = performance.now();
+  let unbatched = 0;
+  while (unbatched < MESSAGES_PER_PHASE && performance.now() - started < PHASE_CAP_MS) {
+    await queue.send(body);
+    const [message] = await queue.receive({ maxMessages: 1 });
+    if (!message) throw new Error("bench: a sent message was not received");
+    await queue.delete(message.receiptHandle);
+    unbatched++;
+  }
+  const unbatchedSeconds = (performance.now() - started) / 1000;
+
+  // Batches of 10: sendBatch, receive up to 10, delete each.
+  started = performance.now();
+  let batched = 0;
+  const bodies = Array.from({ length: BATCH }, () => body);
+  while (batched < MESSAGES_PER_PHASE && performance.now() - started < PHASE_CAP_MS) {
+    await queue.sendBatch(bodies);
+    let left = BATCH;
+    while (left > 0) {
+      const messages = await queue.receive({ maxMessages: BATCH, waitSeconds: 1 });
+      if (messages.length === 0) throw new Error("bench: sent messages were not received");
+      await Promise.all(messages.map((m) => queue.delete(m.receiptHandle)));
+      left -= messages.length;
+      batched += messages.length;
+    }
+  }
+  const batchedSeconds = (performance.now() - started) / 1000;
+
+  // 16 KiB objects: sequential puts of distinct keys, then gets of the same keys.
+  const store = transport.store("trajectories");
+  const object = new Uint8Array(OBJECT_BYTES).map((_, i) => i % 251);
+  const putMs: number[] = [];
+  started = performance.now();
+  while (putMs.length < OBJECTS_PER_PHASE && performance.now() - started < PHASE_CAP_MS) {
+    const t0 = performance.now();
+    await store.put(`bench/obj-${putMs.length}`, object);
+    putMs.push(performance.now() - t0);
+  }
+  const getMs: number[] = [];
+  started = performance.now();
+  while (getMs.length < putMs.length && performance.now() - started < PHASE_CAP_MS) {
+    const t0 = performance.now();
+    const data = await store.get(`bench/obj-${getMs.length}`);
+    getMs.push(performance.now() - t0);
+    if (data?.length !== OBJECT_BYTES) throw new Error("bench: object came back wrong");
+  }
+
+  return {
+    unbatched: { perSecond: unbatched / unbatchedSeconds, count: unbatched },
+    batched: { perSecond: batched / batchedSeconds, count: batched },
+    put: { ...percentiles(putMs), count: putMs.length },
+    get: { ...percentiles(getMs), count: getMs.length },
+  };
+}
+
+function percentiles(samples: number[]): { p50: number; p99: number } {
+  const sorted = [...samples].sort((a, b) => a - b);
+  const at = (q: number) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? Number.NaN;
+  return { p50: at(0.5), p99: at(0.99) };
+}
+
+function row(label: string, local: string, moto: string): string {
+  return `${label.padEnd(46)} | ${local.padEnd(26)} | ${moto}`;
+}
+
+async function main(): Promise<void> {
+  const benchStarted = performance.now();
+  const localDir = await mkdtemp(join(tmpdir(), "agentrl-bench-transport-"));
+  const moto = await startMoto();
+  try {
+    const local = await createTransport(TransportConfig.parse({ kind: "local", localDir }));
+    const aws = await createTransport(
+      TransportConfig.parse({ kind: "aws", endpoint: moto.endpoint, queuePrefix: "bench" }),
+      { ensureResources: true },
+    );
+    process.stderr.write("bench: local transport...\n");
+    const l = await measure(local);
+    process.stderr.write("bench: aws transport on moto...\n");
+    const m = await measure(aws);
+    await local.close();
+    await aws.close();
+
+    const rate = (f: { perSecond: number; count: number }) => `${f.perSecond.toFixed(0)} (n=${f.count})`;
+    const lat = (f: { p50: number; p99: number; count: number }) =>
+      `${f.p50.toFixed(2)} / ${f.p99.toFixed(2)} (n=${f.count})`;
+    const lines = [
+      `transport bench: ${new Date().toISOString()}, node ${process.version}, phases capped at ${PHASE_CAP_MS / 1000} s`,
+      row("metric", "local (SQLite + directory)", "aws on moto (SQS + S3 API)"),
+      row("send+receive+delete, 1 at a time (msg/s)", rate(l.unbatched), rate(m.unbatched)),
+      row(`send+receive+delete, batches of ${BATCH} (msg/s)`, rate(l.batched), rate(m.batched)),
+      row(`put ${OBJECT_BYTES / 1024} KiB object, p50 / p99 (ms)`, lat(l.put), lat(m.put)),
+      row(`get ${OBJECT_BYTES / 1024} KiB object, p50 / p99 (ms)`, lat(l.get), lat(m.get)),
+      `total ${((performance.now() - benchStarted) / 1000).toFixed(1)} s`,
+    ];
+    process.stdout.write(`${lines.join("\n")}\n`);
+  } finally {
+    await moto.stop();
+    await rm(localDir, { recursive: true, force: true });
+  }
+}
+
+await main();
