@@ -6,6 +6,7 @@ import type { TaskModule } from "../shared/env/task.ts";
  */
 export const TASK_MODULES: Readonly<Record<string, () => Promise<TaskModule>>> = {
   example: () => import("./example/index.ts").then((m) => m.taskModule),
+  alfworld: () => import("./alfworld/index.ts").then((m) => m.taskModule),
   db: () => import("./db/index.ts").then((m) => m.taskModule),
   os: () => import("./os/index.ts").then((m) => m.taskModule),
   kg: () => import("./kg/index.ts").then((m) => m.taskModule),
