@@ -157,6 +157,14 @@ export class SqlSession {
       return { kind: "timeout", limitMs: this.timeoutMs };
     }
     if (signal?.aborted) throw new Error("cancelled");
+    if (!worker.healthy) {
+      // The engine died under this statement (e.g. out of memory): drop it, rebuild on next use.
+      this.worker = undefined;
+      return {
+        kind: "error",
+        message: `${reply.ok ? "the SQL engine stopped" : reply.error}; the statement changed nothing`,
+      };
+    }
     this.history.push(sql);
     if (!reply.ok) return { kind: "error", message: reply.error };
     return { kind: "ok", results: reply.results, changes: reply.changes };
@@ -174,15 +182,16 @@ export class SqlSession {
   }
 
   /** Frees the database and hands the worker back to the pool. */
-  async close(): Promise<void> {
+  close(): void {
     if (this.closed) return;
     this.closed = true;
     const worker = this.worker;
     this.worker = undefined;
     if (!worker) return;
-    const reply = await worker.request({ op: "close" }, REBUILD_LIMIT_MS);
-    if (reply === "timeout" || !reply.ok) await worker.terminate();
-    else pool.release(worker);
+    // No need to wait for the reply: the worker handles messages in order, so the next episode's
+    // reset comes after this close; a worker that fails to close stops being healthy and is dropped.
+    void worker.request({ op: "close" }, REBUILD_LIMIT_MS);
+    pool.release(worker);
   }
 
   private async ensureWorker(): Promise<SqlWorker> {

@@ -133,7 +133,7 @@ async function groundTruth(instance: DbInstance, timeoutMs: number): Promise<Exp
     if (outcome.kind !== "ok") throw new Error(`reference statement failed: ${renderOutcome(outcome)}`);
     return { hash: tableHash(await scratch.tableRows(instance.table)) };
   } finally {
-    await scratch.close();
+    scratch.close();
   }
 }
 
@@ -173,8 +173,28 @@ class DbEpisode implements Episode {
     };
   }
 
-  close(): Promise<void> {
-    return this.sql.close();
+  close(): void {
+    this.sql.close();
+  }
+}
+
+/**
+ * Ground truths by instance index. A GRPO group plays the same index n times, so computing the
+ * reference once per index saves most of the start-up work; the oldest entries are dropped.
+ */
+class GroundTruthCache {
+  private readonly entries = new Map<number, Promise<Expected>>();
+
+  constructor(private readonly capacity: number) {}
+
+  get(instance: DbInstance, timeoutMs: number): Promise<Expected> {
+    const cached = this.entries.get(instance.index);
+    if (cached) return cached;
+    const computed = groundTruth(instance, timeoutMs);
+    computed.catch(() => this.entries.delete(instance.index));
+    this.entries.set(instance.index, computed);
+    if (this.entries.size > this.capacity) this.entries.delete(this.entries.keys().next().value!);
+    return computed;
   }
 }
 
@@ -186,6 +206,7 @@ export interface DbTaskOptions {
 /** Builds the DB task definition. */
 export function createDbTask(options: DbTaskOptions = {}): TaskDefinition {
   const timeoutMs = options.statementTimeoutMs ?? DEFAULT_STATEMENT_TIMEOUT_MS;
+  const truths = new GroundTruthCache(1024);
   return {
     name: "db",
     tools: TOOLS,
@@ -193,7 +214,7 @@ export function createDbTask(options: DbTaskOptions = {}): TaskDefinition {
     splits: DB_SPLITS,
     async start(index: number): Promise<Episode> {
       const instance = generateDbInstance(index);
-      const expected = await groundTruth(instance, timeoutMs);
+      const expected = await truths.get(instance, timeoutMs);
       const sql = await SqlSession.open(instance.setupSql, timeoutMs);
       return new DbEpisode(instance, sql, expected);
     },
