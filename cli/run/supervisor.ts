@@ -111,6 +111,14 @@ export class Supervisor {
     return this.unexpectedExit;
   }
 
+  /** Resolves like `work`, but rejects as soon as a role exits unexpectedly (so start-up never waits on a dead role). */
+  guard<T>(work: Promise<T>): Promise<T> {
+    const failed = this.unexpectedExit.then((exit): never => {
+      throw new Error(`role ${exit.name} exited (code ${exit.code}, signal ${exit.signal}); see logs/${exit.name}.log`);
+    });
+    return Promise.race([work, failed]);
+  }
+
   /** Resolves when the named role exits. */
   exitOf(name: string): Promise<RoleExit> {
     const role = this.running.find((r) => r.spec.name === name);

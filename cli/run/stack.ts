@@ -1,0 +1,55 @@
+import { ControllerClient } from "../../shared/env/client.ts";
+import { type Supervisor, waitFor } from "./supervisor.ts";
+
+export interface EnvStackOptions {
+  /** Tasks to serve, each with its worker's session limit. */
+  readonly tasks: ReadonlyArray<{ readonly name: string; readonly concurrency: number }>;
+  /** Use this controller instead of starting one (its workers must already be registered). */
+  readonly controllerUrl?: string;
+  /** Port of a controller we start; 0 picks a free one. */
+  readonly controllerPort?: number;
+  /** Worker heartbeat period; short locally so the stack is ready quickly. @default 2000 */
+  readonly heartbeatMs?: number;
+}
+
+/**
+ * Starts the environment side of the embedded default as child processes: the controller and
+ * one `env serve` worker per task, and waits until every worker is registered and ALIVE.
+ * Returns the controller URL.
+ */
+export async function startEnvStack(supervisor: Supervisor, options: EnvStackOptions): Promise<string> {
+  if (options.controllerUrl) return options.controllerUrl;
+  supervisor.start({ name: "controller", args: ["controller", "--port", String(options.controllerPort ?? 0)] });
+  const controllerUrl = await supervisor.guard(supervisor.urlOf("controller"));
+  const heartbeatMs = String(options.heartbeatMs ?? 2_000);
+  for (const task of options.tasks) {
+    supervisor.start({
+      name: `env-${task.name}`,
+      args: [
+        "env",
+        "serve",
+        task.name,
+        "--controller",
+        controllerUrl,
+        "--concurrency",
+        String(task.concurrency),
+        "--heartbeat-ms",
+        heartbeatMs,
+      ],
+    });
+  }
+  const client = new ControllerClient({ baseUrl: controllerUrl, maxRetries: 0 });
+  await supervisor.guard(
+    waitFor(
+      `env workers ${options.tasks.map((t) => t.name).join(", ")} to register`,
+      async () => {
+        const listing = await client.listWorkers();
+        return options.tasks.every((t) =>
+          Object.values(listing[t.name]?.workers ?? {}).some((worker) => worker.status === "ALIVE"),
+        );
+      },
+      120_000,
+    ),
+  );
+  return controllerUrl;
+}
