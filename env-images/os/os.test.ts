@@ -7,7 +7,7 @@ import type { AssistantMessage } from "../../shared/protocol/openai.ts";
 import { osExpert, osRandom, shellOutput } from "./agents.ts";
 import { generateOsInstance, OS_FAMILIES, OS_SPLITS, type OsFamily, type OsInstance } from "./generator.ts";
 import { taskModule } from "./index.ts";
-import { OsSandbox, ShellPool, TRUNCATION_NOTE, viewOf } from "./sandbox.ts";
+import { DEFAULT_SANDBOX_LIMITS, OsSandbox, ShellPool, TRUNCATION_NOTE, viewOf } from "./sandbox.ts";
 import { createOsTask } from "./task.ts";
 
 const pool = new ShellPool();
@@ -244,7 +244,7 @@ describe("os sandbox containment", () => {
     });
     const sandbox = new OsSandbox(
       { "/home/user/a.txt": "a\n" },
-      { ...sandboxLimits(), commandTimeoutMs: 300 },
+      { ...sandboxLimits(), commandTimeoutMs: 300, hardKillGraceMs: 300 },
       hanging,
     );
     const observation = await sandbox.run("anything", new AbortController().signal);
@@ -266,7 +266,7 @@ describe("os sandbox containment", () => {
 });
 
 function sandboxLimits() {
-  return { commandTimeoutMs: 1000, observationChars: 800, maxOutputBytes: 1 << 20, maxFileSystemBytes: 32 << 20 };
+  return { ...DEFAULT_SANDBOX_LIMITS, commandTimeoutMs: 1000 };
 }
 
 describe("os agents", () => {

@@ -7,7 +7,7 @@ import { z } from "zod";
  * just-bash stops a command at `commandTimeoutMs` itself; because that stop is cooperative and a
  * tight loop would otherwise freeze the event loop (every other session and the heartbeats), the
  * shell lives in its own thread, which is terminated outright when it overruns the cap by
- * HARD_KILL_GRACE_MS. Outputs are truncated the way AgentBench's OS task does (keep the head,
+ * `hardKillGraceMs`. Outputs are truncated the way AgentBench's OS task does (keep the head,
  * append a note). Threads are pooled: spawning one costs ~0.5 s, reusing one costs nothing.
  */
 
@@ -20,6 +20,8 @@ export interface SandboxLimits {
   readonly maxOutputBytes: number;
   /** Bytes the virtual filesystem may hold. */
   readonly maxFileSystemBytes: number;
+  /** How long past the command cap a silent shell thread lives before it is terminated. */
+  readonly hardKillGraceMs: number;
 }
 
 export const DEFAULT_SANDBOX_LIMITS: SandboxLimits = {
@@ -27,13 +29,12 @@ export const DEFAULT_SANDBOX_LIMITS: SandboxLimits = {
   observationChars: 800,
   maxOutputBytes: 1024 * 1024,
   maxFileSystemBytes: 32 * 1024 * 1024,
+  hardKillGraceMs: 2_000,
 };
 
 /** AgentBench keeps 780 of 800 characters of an over-long output and appends this note. */
 export const TRUNCATION_NOTE = "[truncated because the output is too long]";
 const TRUNCATION_ROOM = 20;
-/** How long past the command cap a shell thread may stay silent before it is terminated. */
-export const HARD_KILL_GRACE_MS = 2_000;
 /** Heap cap of a shell thread: a memory bomb kills that thread, not the env worker. */
 const THREAD_HEAP_MB = 256;
 
@@ -197,7 +198,7 @@ export class OsSandbox {
     try {
       const thread = await this.shell();
       const body = RanBody.parse(
-        await thread.request({ type: "run", script }, this.limits.commandTimeoutMs + HARD_KILL_GRACE_MS),
+        await thread.request({ type: "run", script }, this.limits.commandTimeoutMs + this.limits.hardKillGraceMs),
       );
       return this.render(body.stdout + body.stderr, body.timedOut);
     } catch (error) {
@@ -217,7 +218,9 @@ export class OsSandbox {
   /** The current filesystem state (the initial files when no command ran). */
   async snapshot(): Promise<FsView> {
     if (!this.thread) return viewOf(this.files);
-    const body = SnapshotBody.parse(await this.thread.request({ type: "snapshot" }, 10_000 + HARD_KILL_GRACE_MS));
+    const body = SnapshotBody.parse(
+      await this.thread.request({ type: "snapshot" }, 10_000 + this.limits.hardKillGraceMs),
+    );
     return viewOf(body.files, body.dirs);
   }
 
