@@ -1,0 +1,292 @@
+import type { Template } from "aws-cdk-lib/assertions";
+import { beforeAll, describe, expect, it } from "vitest";
+import { parseSweepSpec, SweepSpec } from "../../functions/sweep/spec.ts";
+import { messagingPropsFor } from "../../infra/agentRlApp.ts";
+import { CONTAINER_COMMAND } from "../../infra/constructs/roleService.ts";
+import { ContainerEnv } from "../../shared/config/containerEnv.ts";
+import { parseConfig, TASK_NAMES } from "../../shared/config/index.ts";
+import { type CollectingNagLogger, synthAgentRl } from "./synth.ts";
+
+type Resource = {
+  Type: string;
+  Properties: Record<string, unknown>;
+  DeletionPolicy?: string;
+  UpdateReplacePolicy?: string;
+};
+type ContainerDefinition = {
+  Environment?: Array<{ Name: string; Value: unknown }>;
+  ResourceRequirements?: Array<{ Type: string; Value: string }>;
+  Command?: string[];
+};
+
+const config = parseConfig({});
+const sweep = parseSweepSpec({
+  name: "lr",
+  schedule: "rate(7 days)",
+  base: { trainer: { maxSteps: 5 } },
+  grid: { "trainer.learningRate": [0.0001, 0.0003] },
+});
+
+/** One synth of the whole app (all four stacks, cdk-nag attached) shared by every test below. */
+let templates: Record<"stores" | "messaging" | "compute" | "sweeps", Template>;
+let nag: CollectingNagLogger;
+
+beforeAll(() => {
+  const synth = synthAgentRl({ sweeps: [sweep] });
+  if (!synth.templates.sweeps) throw new Error("sweep stack missing");
+  templates = { ...synth.templates, sweeps: synth.templates.sweeps };
+  nag = synth.nag;
+}, 240_000);
+
+const resourcesOf = (template: Template, type: string): Array<[string, Resource]> =>
+  Object.entries(template.findResources(type) as Record<string, Resource>);
+
+/** The task role's policy statements as (actions, resource JSON) pairs. */
+function taskRoleStatements(
+  template: Template,
+  taskDefinitionId: string,
+): Array<{ actions: string[]; resources: string[] }> {
+  const taskDefinition = template.toJSON().Resources[taskDefinitionId] as Resource;
+  const roleId = (taskDefinition.Properties.TaskRoleArn as { "Fn::GetAtt": [string, string] })["Fn::GetAtt"][0];
+  return resourcesOf(template, "AWS::IAM::Policy")
+    .filter(([, policy]) => JSON.stringify(policy.Properties.Roles) === JSON.stringify([{ Ref: roleId }]))
+    .flatMap(
+      ([, policy]) =>
+        (policy.Properties.PolicyDocument as { Statement: Array<{ Action: string | string[]; Resource: unknown }> })
+          .Statement,
+    )
+    .map((statement) => ({
+      actions: [statement.Action].flat(),
+      resources: [statement.Resource].flat().map((r) => (typeof r === "string" ? r : JSON.stringify(r))),
+    }));
+}
+
+/** Task definitions keyed by the AGENTRL_ROLE (and task/pool) their container carries. */
+function taskDefinitionsByRole(
+  template: Template,
+): Map<string, { id: string; container: ContainerDefinition; env: Record<string, string> }> {
+  const byRole = new Map<string, { id: string; container: ContainerDefinition; env: Record<string, string> }>();
+  for (const [id, resource] of resourcesOf(template, "AWS::ECS::TaskDefinition")) {
+    const container = (resource.Properties.ContainerDefinitions as ContainerDefinition[])[0] as ContainerDefinition;
+    // Deploy-time values (imported bucket names) stand in as strings; everything else is literal.
+    const env = Object.fromEntries(
+      (container.Environment ?? []).map((e) => [e.Name, typeof e.Value === "string" ? e.Value : "deploy-time-value"]),
+    );
+    const key = [env.AGENTRL_ROLE, env.AGENTRL_TASK ?? env.AGENTRL_POLICY_POOL].filter(Boolean).join(":");
+    byRole.set(key, { id, container, env });
+  }
+  return byRole;
+}
+
+describe("cdk-nag AwsSolutions", () => {
+  it("reports no unsuppressed finding, and every suppression carries a justification", () => {
+    expect(nag.unsuppressed).toEqual([]);
+    expect(nag.suppressed.length).toBeGreaterThan(0);
+    for (const s of nag.suppressed) expect(s.reason.length, `${s.rule} @ ${s.path}`).toBeGreaterThan(40);
+  });
+});
+
+describe("stores stack", () => {
+  it("keeps both data buckets versioned, encrypted, private, TLS-only and retained", () => {
+    const buckets = resourcesOf(templates.stores, "AWS::S3::Bucket");
+    expect(buckets).toHaveLength(3); // trajectories, checkpoints, access logs
+    for (const [, bucket] of buckets) {
+      expect(bucket.DeletionPolicy).toBe("Retain");
+      expect(bucket.UpdateReplacePolicy).toBe("Retain");
+      expect(bucket.Properties.BucketEncryption).toEqual({
+        ServerSideEncryptionConfiguration: [{ ServerSideEncryptionByDefault: { SSEAlgorithm: "AES256" } }],
+      });
+      expect(bucket.Properties.PublicAccessBlockConfiguration).toEqual({
+        BlockPublicAcls: true,
+        BlockPublicPolicy: true,
+        IgnorePublicAcls: true,
+        RestrictPublicBuckets: true,
+      });
+    }
+    const data = buckets.filter(([id]) => /^Stores(Trajectories|Checkpoints)/.test(id));
+    expect(data).toHaveLength(2);
+    for (const [, bucket] of data) {
+      expect(bucket.Properties.VersioningConfiguration).toEqual({ Status: "Enabled" });
+      expect(bucket.Properties.LoggingConfiguration).toBeDefined();
+    }
+    // Every bucket policy denies requests that do not use TLS.
+    const policies = resourcesOf(templates.stores, "AWS::S3::BucketPolicy");
+    expect(policies).toHaveLength(3);
+    for (const [, policy] of policies)
+      expect(JSON.stringify(policy.Properties.PolicyDocument)).toContain(
+        '"Condition":{"Bool":{"aws:SecureTransport":"false"}},"Effect":"Deny"',
+      );
+  });
+
+  it("expires old trajectories (current and overwritten) but never current checkpoints", () => {
+    const [[, trajectories]] = resourcesOf(templates.stores, "AWS::S3::Bucket").filter(([id]) =>
+      id.startsWith("StoresTrajectories"),
+    ) as [[string, Resource]];
+    expect(trajectories.Properties.LifecycleConfiguration).toMatchObject({
+      Rules: [{ ExpirationInDays: 30, NoncurrentVersionExpiration: { NoncurrentDays: 7 }, Status: "Enabled" }],
+    });
+    const [[, checkpoints]] = resourcesOf(templates.stores, "AWS::S3::Bucket").filter(([id]) =>
+      id.startsWith("StoresCheckpoints"),
+    ) as [[string, Resource]];
+    const rules = (checkpoints.Properties.LifecycleConfiguration as { Rules: Array<Record<string, unknown>> }).Rules;
+    expect(rules.every((rule) => rule.ExpirationInDays === undefined)).toBe(true);
+  });
+});
+
+describe("messaging stack", () => {
+  const props = messagingPropsFor(config);
+  const expected = {
+    "agentrl-rollout-requests": props.rolloutRequests.consumerTimeout.toSeconds(),
+    "agentrl-trajectories": props.trajectories.consumerTimeout.toSeconds(),
+    "agentrl-policy-events": props.policyEvents.consumerTimeout.toSeconds(),
+  };
+
+  it("gives every queue an encrypted DLQ with maxReceiveCount from the config", () => {
+    const queues = new Map(resourcesOf(templates.messaging, "AWS::SQS::Queue"));
+    expect(queues.size).toBe(6);
+    for (const name of Object.keys(expected)) {
+      const [, queue] = [...queues].find(([, q]) => q.Properties.QueueName === name) as [string, Resource];
+      const [dlqId, dlq] = [...queues].find(([, q]) => q.Properties.QueueName === `${name}-dlq`) as [string, Resource];
+      expect(queue.Properties.RedrivePolicy).toEqual({
+        deadLetterTargetArn: { "Fn::GetAtt": [dlqId, "Arn"] },
+        maxReceiveCount: config.transport.maxReceiveCount,
+      });
+      expect(queue.Properties.SqsManagedSseEnabled).toBe(true);
+      expect(dlq.Properties.SqsManagedSseEnabled).toBe(true);
+      expect(dlq.Properties.MessageRetentionPeriod).toBe(14 * 24 * 3600);
+    }
+    for (const [, policy] of resourcesOf(templates.messaging, "AWS::SQS::QueuePolicy"))
+      expect(JSON.stringify(policy.Properties.PolicyDocument)).toContain('{"Bool":{"aws:SecureTransport":"false"}}');
+    expect(resourcesOf(templates.messaging, "AWS::SQS::QueuePolicy")).toHaveLength(6);
+  });
+
+  it("sets visibility timeouts no shorter than their consumers' timeouts", () => {
+    for (const [name, consumerSeconds] of Object.entries(expected)) {
+      const [, queue] = resourcesOf(templates.messaging, "AWS::SQS::Queue").find(
+        ([, q]) => q.Properties.QueueName === name,
+      ) as [string, Resource];
+      expect(queue.Properties.VisibilityTimeout as number, name).toBeGreaterThanOrEqual(consumerSeconds);
+    }
+    // The pipeline's consumers hold messages for the config's visibility timeout, exactly.
+    expect(expected["agentrl-rollout-requests"]).toBe(config.transport.visibilityTimeoutSeconds);
+  });
+});
+
+describe("compute stack", () => {
+  it("runs every role from the launcher with an environment the container's zod schema accepts", () => {
+    const roles = taskDefinitionsByRole(templates.compute);
+    expect([...roles.keys()].sort()).toEqual(
+      [
+        "controller",
+        "feeder",
+        "rollout",
+        "trainer",
+        "policy:current",
+        "policy:stale",
+        ...TASK_NAMES.map((task) => `env:${task}`),
+      ].sort(),
+    );
+    for (const [key, { container, env }] of roles) {
+      expect(container.Command, key).toEqual(CONTAINER_COMMAND);
+      const parsed = ContainerEnv.safeParse(env);
+      expect(parsed.success, `${key}: ${parsed.error?.message}`).toBe(true);
+      expect(JSON.parse(env.AGENTRL_CONFIG_JSON as string)).toEqual(config);
+    }
+  });
+
+  it("puts the trainer and both policy servers on the GPU capacity provider with one GPU each", () => {
+    const roles = taskDefinitionsByRole(templates.compute);
+    const taskDefinitions = templates.compute.toJSON().Resources as Record<string, Resource>;
+    for (const key of ["trainer", "policy:current", "policy:stale"]) {
+      const { id, container } = roles.get(key) ?? { id: "", container: {} };
+      expect(container.ResourceRequirements, key).toEqual([{ Type: "GPU", Value: "1" }]);
+      expect(taskDefinitions[id]?.Properties.RequiresCompatibilities).toEqual(["EC2"]);
+    }
+    for (const key of ["controller", "feeder", "rollout", "env:db"]) {
+      expect(roles.get(key)?.container.ResourceRequirements, key).toBeUndefined();
+      expect(taskDefinitions[roles.get(key)?.id ?? ""]?.Properties.RequiresCompatibilities).toEqual(["FARGATE"]);
+    }
+    const gpuServices = resourcesOf(templates.compute, "AWS::ECS::Service").filter(
+      ([, s]) => s.Properties.CapacityProviderStrategy !== undefined,
+    );
+    expect(gpuServices).toHaveLength(3);
+    const [[, launchTemplate]] = resourcesOf(templates.compute, "AWS::EC2::LaunchTemplate") as [[string, Resource]];
+    const data = launchTemplate.Properties.LaunchTemplateData as Record<string, unknown>;
+    expect(data.InstanceType).toEqual({ Ref: "GpuInstanceType" });
+    expect(data.MetadataOptions).toMatchObject({ HttpTokens: "required" });
+    expect(JSON.stringify(data.BlockDeviceMappings)).toContain('"Encrypted":true');
+    const parameters = templates.compute.toJSON().Parameters as Record<string, { Default?: string }>;
+    expect(parameters.GpuInstanceType?.Default).toBe("g5.xlarge");
+    expect(Object.values(parameters).some((p) => p.Default?.includes("amazon-linux-2/gpu/recommended"))).toBe(true);
+  });
+
+  it("grants each role only the queue and bucket actions it needs, never on '*'", () => {
+    const roles = taskDefinitionsByRole(templates.compute);
+    const grants = (key: string) => taskRoleStatements(templates.compute, roles.get(key)?.id ?? "");
+    const can = (key: string, action: string, resource: RegExp) =>
+      grants(key).some((s) => s.actions.includes(action) && s.resources.some((r) => resource.test(r)));
+    for (const key of roles.keys())
+      for (const statement of grants(key)) expect(statement.resources, key).not.toContain("*");
+
+    expect(can("rollout", "sqs:ReceiveMessage", /RolloutRequests(?!Dlq)/)).toBe(true);
+    expect(can("rollout", "s3:PutObject", /StoresTrajectories/)).toBe(true);
+    expect(can("rollout", "sqs:SendMessage", /MessagingTrajectories(?!Dlq)/)).toBe(true);
+    expect(can("rollout", "s3:GetObject*", /StoresCheckpoints/)).toBe(false);
+
+    expect(can("trainer", "sqs:ReceiveMessage", /MessagingTrajectories(?!Dlq)/)).toBe(true);
+    expect(can("trainer", "s3:PutObject", /StoresCheckpoints/)).toBe(true);
+    expect(can("trainer", "sqs:SendMessage", /PolicyEvents(?!Dlq)/)).toBe(true);
+    expect(can("trainer", "s3:PutObject", /StoresTrajectories/)).toBe(false);
+
+    expect(can("feeder", "sqs:SendMessage", /RolloutRequests(?!Dlq)/)).toBe(true);
+    expect(can("feeder", "sqs:ReceiveMessage", /.*/)).toBe(false);
+    expect(can("feeder", "sqs:SendMessage", /MessagingTrajectories/)).toBe(false);
+
+    for (const pool of ["policy:current", "policy:stale"]) {
+      expect(can(pool, "s3:GetObject*", /StoresCheckpoints/)).toBe(true);
+      expect(grants(pool).some((s) => s.actions.some((a) => a.startsWith("s3:Put")))).toBe(false);
+    }
+    expect(grants("controller")).toEqual([]);
+    expect(grants("env:db")).toEqual([]);
+  });
+
+  it("registers the controller and policy servers in Cloud Map and scales rollout workers on queue depth", () => {
+    const names = resourcesOf(templates.compute, "AWS::ServiceDiscovery::Service").map(([, s]) => s.Properties.Name);
+    expect(names.sort()).toEqual(["controller", "policy-current", "policy-stale"]);
+    const roles = taskDefinitionsByRole(templates.compute);
+    expect(roles.get("rollout")?.env.AGENTRL_CONTROLLER_URL).toBe(
+      `http://controller.agentrl.local:${config.tasks.controllerPort}`,
+    );
+    const [[, target]] = resourcesOf(templates.compute, "AWS::ApplicationAutoScaling::ScalableTarget") as [
+      [string, Resource],
+    ];
+    expect(target.Properties).toMatchObject({
+      MinCapacity: config.rollout.workers,
+      MaxCapacity: 4 * config.rollout.workers,
+    });
+    const alarms = resourcesOf(templates.compute, "AWS::CloudWatch::Alarm").map(([, a]) => a.Properties);
+    expect(alarms.length).toBeGreaterThanOrEqual(2);
+    for (const alarm of alarms) {
+      expect(alarm).toMatchObject({ MetricName: "ApproximateNumberOfMessagesVisible", Namespace: "AWS/SQS" });
+      expect(JSON.stringify(alarm.Dimensions)).toContain("RolloutRequests");
+    }
+  });
+});
+
+describe("sweep stack", () => {
+  it("schedules an ECS RunTask of the sweep runner carrying the spec", () => {
+    const [[, schedule]] = resourcesOf(templates.sweeps, "AWS::Scheduler::Schedule") as [[string, Resource]];
+    expect(schedule.Properties.ScheduleExpression).toBe("rate(7 days)");
+    const target = schedule.Properties.Target as { EcsParameters: { LaunchType: string; TaskCount: number } };
+    expect(target.EcsParameters).toMatchObject({ LaunchType: "FARGATE", TaskCount: 1 });
+    const roles = taskDefinitionsByRole(templates.sweeps);
+    const runner = roles.get("sweep");
+    expect(ContainerEnv.safeParse(runner?.env).success).toBe(true);
+    expect(SweepSpec.parse(JSON.parse(runner?.env.AGENTRL_SWEEP_JSON ?? "{}"))).toEqual(sweep);
+    const statements = taskRoleStatements(templates.sweeps, runner?.id ?? "");
+    expect(statements.flatMap((s) => s.actions).every((a) => a.startsWith("s3:Put") || a.startsWith("s3:Abort"))).toBe(
+      true,
+    );
+    expect(statements.flatMap((s) => s.resources).every((r) => r.includes("/sweeps/lr/*"))).toBe(true);
+  });
+});
