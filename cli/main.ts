@@ -11,6 +11,7 @@ const COMMANDS: ReadonlyArray<() => Promise<{ register(program: Command): void }
   () => import("./commands/env.ts"),
   () => import("./commands/container.ts"),
   () => import("./commands/sweep.ts"),
+  () => import("./commands/eval.ts"),
   () => import("./commands/policy.ts"),
 ];
 

@@ -1,0 +1,101 @@
+import { mkdirSync, writeFileSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { type Command, InvalidArgumentError } from "commander";
+import { createLogger } from "../../shared/log.ts";
+import { configFromOptions, withConfigOptions } from "../options.ts";
+import { evalTableMarkdown } from "../report/report.ts";
+import { evalTasks, runEval } from "../run/eval.ts";
+import { startPolicyServer } from "../run/policy.ts";
+import { startEnvStack } from "../run/stack.ts";
+import { Supervisor } from "../run/supervisor.ts";
+import { intOption } from "./controller.ts";
+
+interface EvalOptions {
+  policy: string;
+  model?: string;
+  tasks?: string[];
+  split: "train" | "test";
+  n: number;
+  controller?: string;
+  out?: string;
+  concurrency: number;
+  config?: string;
+  set?: string[];
+}
+
+/** `agentrl eval`: per-task held-out success of a policy version or any OpenAI-compatible model. */
+export function register(program: Command): void {
+  withConfigOptions(
+    program
+      .command("eval")
+      .description("evaluate a policy version or an OpenAI-compatible endpoint on the tasks' held-out split")
+      .requiredOption(
+        "--policy <version|url>",
+        "a version number, `newest`, or an OpenAI-compatible base URL (…/v1)",
+        policyOption,
+      )
+      .option("--model <name>", "model name sent to an OpenAI-compatible URL")
+      .option("--tasks <names...>", "tasks to evaluate (default: the config's task mix)")
+      .option("--split <split>", "train or test", splitOption, "test")
+      .option("--n <n>", "instances per task (from the start of the split)", intOption("--n", 1), 50)
+      .option("--concurrency <n>", "episodes in flight", intOption("--concurrency", 1), 8)
+      .option("--controller <url>", "use a running controller instead of starting one with the tasks' workers")
+      .option("--out <dir>", "folder for eval-<policy>.json/.md (default: <runDir>/eval-<time>)"),
+  ).action(async (options: EvalOptions) => {
+    const config = await configFromOptions(options);
+    const names = options.tasks ?? config.tasks.mix.map((t) => t.name);
+    const tasks = await evalTasks(names, options.split, options.n);
+    const outDir = resolve(
+      options.out ?? join(config.runDir, `eval-${new Date().toISOString().replace(/[:.]/g, "-")}`),
+    );
+    mkdirSync(outDir, { recursive: true });
+    const configFile = join(outDir, "config.json");
+    writeFileSync(configFile, `${JSON.stringify(config, null, 2)}\n`);
+    const log = createLogger({ role: "eval", experimentId: config.experimentId });
+    const supervisor = new Supervisor(outDir);
+    const stop = () => void supervisor.stopAll().then(() => process.exit(130));
+    process.once("SIGINT", stop);
+    try {
+      const controllerUrl = await startEnvStack(supervisor, {
+        ...(options.controller ? { controllerUrl: options.controller } : {}),
+        tasks: names.map((name) => ({ name, concurrency: options.concurrency })),
+      });
+      const isUrl = /^https?:\/\//.test(options.policy);
+      const policyUrl = isUrl
+        ? options.policy
+        : await startPolicyServer(supervisor, {
+            name: "policy-eval",
+            configFile,
+            pool: "pinned",
+            version: options.policy === "newest" ? "newest" : Number(options.policy),
+          });
+      const report = await supervisor.guard(
+        runEval({
+          controllerUrl,
+          policyUrl,
+          ...(options.model ? { model: options.model } : {}),
+          label: isUrl ? (options.model ?? options.policy) : `v${options.policy}`,
+          tasks,
+          split: options.split,
+          maxTokensPerTurn: config.rollout.maxTokensPerTurn,
+          concurrency: options.concurrency,
+          outDir,
+          log,
+        }),
+      );
+      process.stdout.write(`${evalTableMarkdown([report])}\n\nwritten to ${outDir}\n`);
+    } finally {
+      await supervisor.stopAll();
+    }
+  });
+}
+
+function policyOption(value: string): string {
+  if (/^(newest|\d+)$/.test(value) || /^https?:\/\/\S+$/.test(value)) return value;
+  throw new InvalidArgumentError(`--policy must be a version number, "newest" or an http(s) URL, got "${value}"`);
+}
+
+function splitOption(value: string): "train" | "test" {
+  if (value === "train" || value === "test") return value;
+  throw new InvalidArgumentError(`--split must be "train" or "test", got "${value}"`);
+}

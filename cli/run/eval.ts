@@ -1,0 +1,52 @@
+import { writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { loadTaskModule } from "../../env-images/registry.ts";
+import { type EvalTask, evaluate } from "../../functions/evaluator/evaluate.ts";
+import type { Logger } from "../../shared/log.ts";
+import type { EvalReport } from "../../shared/protocol/metrics.ts";
+import { evalTableMarkdown } from "../report/report.ts";
+
+/** The first `n` instances of each task's split, read from the task modules themselves. */
+export async function evalTasks(names: readonly string[], split: "train" | "test", n: number): Promise<EvalTask[]> {
+  return Promise.all(
+    names.map(async (name) => {
+      const range = (await loadTaskModule(name)).task.splits[split];
+      const count = Math.min(n, range.end - range.start);
+      return { name, indices: Array.from({ length: count }, (_, i) => range.start + i) };
+    }),
+  );
+}
+
+export interface EvalRunOptions {
+  readonly controllerUrl: string;
+  readonly policyUrl: string;
+  readonly model?: string;
+  readonly label: string;
+  readonly tasks: readonly EvalTask[];
+  readonly split: "train" | "test";
+  readonly maxTokensPerTurn: number;
+  readonly concurrency: number;
+  /** Writes `<outDir>/eval-<slug>.json` and `.md`. */
+  readonly outDir: string;
+  readonly log?: Logger;
+  readonly signal?: AbortSignal;
+}
+
+/** Evaluates one policy, writes its table as JSON and Markdown, and returns the report. */
+export async function runEval(options: EvalRunOptions): Promise<EvalReport> {
+  const report = await evaluate({
+    controllerUrl: options.controllerUrl,
+    policy: { url: options.policyUrl, ...(options.model ? { model: options.model } : {}) },
+    policyLabel: options.label,
+    tasks: options.tasks,
+    split: options.split,
+    concurrency: options.concurrency,
+    maxTokensPerTurn: options.maxTokensPerTurn,
+    ...(options.log ? { log: options.log } : {}),
+    ...(options.signal ? { signal: options.signal } : {}),
+  });
+  const slug = options.label.replace(/[^A-Za-z0-9._-]+/g, "_").slice(0, 60);
+  await writeFile(join(options.outDir, `eval-${slug}.json`), `${JSON.stringify(report, null, 2)}\n`);
+  await writeFile(join(options.outDir, `eval-${slug}.md`), `${evalTableMarkdown([report])}\n`);
+  return report;
+}
