@@ -122,6 +122,7 @@ export function isMutation(kind: DbKind): boolean {
   return kind === "insert" || kind === "update_one" || kind === "update_group" || kind === "delete";
 }
 
+/** One generated table plus its question and reference statement. */
 export interface DbInstance {
   readonly index: number;
   readonly kind: DbKind;

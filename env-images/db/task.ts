@@ -11,6 +11,7 @@ import { DB_SPLITS, type DbInstance, generateDbInstance, isMutation } from "./ge
  * for INSERT/UPDATE/DELETE tasks, when the table's content hash equals the reference one.
  */
 
+/** AgentBench DB turn limit. */
 export const DB_MAX_TURNS = 15;
 /** Default per-statement limit; a statement running longer is stopped and reported. */
 export const DEFAULT_STATEMENT_TIMEOUT_MS = 2_000;
@@ -21,9 +22,11 @@ const MAX_CELL_CHARS = 60;
 const MAX_OBSERVATION_CHARS = 1_500;
 const MAX_SQL_CHARS = 4_000;
 
+/** Arguments of `execute_sql`. */
 export const ExecuteSqlArgs = z.object({
   query: z.string().min(1).max(MAX_SQL_CHARS).describe("One SQL statement in the SQLite dialect."),
 });
+/** Arguments of `commit_final_answer`. */
 export const CommitFinalAnswerArgs = z.object({
   answers: z
     .array(z.string().max(500))
@@ -198,6 +201,7 @@ class GroundTruthCache {
   }
 }
 
+/** Settings of `createDbTask`. */
 export interface DbTaskOptions {
   /** Per-statement time limit in milliseconds (default 2000). */
   readonly statementTimeoutMs?: number;

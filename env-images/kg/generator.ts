@@ -21,17 +21,21 @@ export interface KgValue {
   readonly members: readonly string[];
 }
 
+/** A program argument: an entity of the question or the result of an earlier step. */
 export type Ref = { readonly entity: string } | { readonly step: number };
+/** One tool-shaped step of a question's program. */
 export type Step =
   | { readonly op: "get_neighbors"; readonly from: Ref; readonly relation: string }
   | { readonly op: "intersection"; readonly a: Ref; readonly b: Ref }
   | { readonly op: "argmax" | "argmin"; readonly from: Ref; readonly attribute: string }
   | { readonly op: "count"; readonly from: Ref };
 
+/** Question families, from one hop to superlatives over two hops. */
 export const KG_KINDS = ["one_hop", "two_hop", "intersection", "count", "superlative"] as const;
 export type KgKind = (typeof KG_KINDS)[number];
 const KIND_WEIGHTS = [0.2, 0.2, 0.2, 0.15, 0.25];
 
+/** One generated graph plus its question, program and gold answer. */
 export interface KgInstance {
   readonly index: number;
   readonly kind: KgKind;
@@ -44,6 +48,7 @@ export interface KgInstance {
   readonly answer: readonly string[];
 }
 
+/** Train and test index ranges (disjoint). */
 export const KG_SPLITS = { train: { start: 0, end: 10_000 }, test: { start: 10_000, end: 10_500 } } as const;
 
 /** Value of an entity name as a one-element set. */
@@ -52,12 +57,14 @@ export function entityValue(graph: KnowledgeGraph, name: string): KgValue | unde
   return entity ? { type: entity.type, members: [entity.name] } : undefined;
 }
 
+/** Entities linked to `value` by `relation` (undefined when the relation does not fit the type). */
 export function neighborsOf(graph: KnowledgeGraph, value: KgValue, relation: string): KgValue | undefined {
   const schema = RELATION_BY_NAME.get(relation);
   if (!schema || schema.domain !== value.type) return undefined;
   return { type: schema.range, members: graph.neighbors(value.members, relation) };
 }
 
+/** Common entities of two same-typed values (undefined when the types differ). */
 export function intersect(a: KgValue, b: KgValue): KgValue | undefined {
   if (a.type !== b.type || a.type === "number") return undefined;
   const right = new Set(b.members);
@@ -73,6 +80,7 @@ export function extreme(graph: KnowledgeGraph, value: KgValue, attribute: string
   return { type: value.type, members: scored.filter((s) => s.v === best).map((s) => s.name) };
 }
 
+/** The number of entities of `value`, as a number-valued variable. */
 export function countOf(value: KgValue): KgValue {
   return { type: "number", members: [String(value.members.length)] };
 }

@@ -6,9 +6,11 @@ import { distinctWords, type Rng } from "../common/rng.ts";
  * with numeric attributes for argmax/argmin questions.
  */
 
+/** Entity types of the generated graphs. */
 export const ENTITY_TYPES = ["person", "film", "company", "city", "country", "book"] as const;
 export type EntityType = (typeof ENTITY_TYPES)[number];
 
+/** A relation between two entity types, with its inverse and a question phrase. */
 export interface RelationSchema {
   readonly name: string;
   readonly domain: EntityType;
@@ -30,6 +32,7 @@ function pair(
   ];
 }
 
+/** Every relation, each with its inverse. */
 export const RELATIONS: readonly RelationSchema[] = [
   ...pair(
     ["film.directed_by", "film", "person", "the directors of {x}"],
@@ -62,8 +65,10 @@ export const RELATIONS: readonly RelationSchema[] = [
   ),
 ];
 
+/** RELATIONS by name. */
 export const RELATION_BY_NAME: ReadonlyMap<string, RelationSchema> = new Map(RELATIONS.map((r) => [r.name, r]));
 
+/** A numerical attribute of one entity type (for argmax/argmin). */
 export interface AttributeSchema {
   readonly name: string;
   readonly type: EntityType;
@@ -72,6 +77,7 @@ export interface AttributeSchema {
   readonly max: number;
 }
 
+/** Every attribute, by type. */
 export const ATTRIBUTES: readonly AttributeSchema[] = [
   { name: "person.birth_year", type: "person", label: "birth year", min: 1930, max: 2005 },
   { name: "person.height_cm", type: "person", label: "height in cm", min: 150, max: 205 },
@@ -87,6 +93,7 @@ export const ATTRIBUTES: readonly AttributeSchema[] = [
   { name: "book.pages", type: "book", label: "number of pages", min: 60, max: 1_200 },
 ];
 
+/** One node of the graph. */
 export interface Entity {
   readonly name: string;
   readonly type: EntityType;

@@ -23,15 +23,20 @@ import { ATTRIBUTES } from "./graph.ts";
  * answer; F1 is kept as the score.
  */
 
+/** AgentBench KG turn limit. */
 export const KG_MAX_TURNS = 15;
 /** Entity names shown per variable before the rest are only counted. */
 const MAX_NAMES_SHOWN = 8;
 
 // Descriptions are kept short: the tool schemas go into every prompt of a small-context model.
 const Variable = z.string().min(1);
+/** Arguments of get_relations, get_attributes, count and final_answer. */
 export const VariableArgs = z.object({ variable: Variable });
+/** Arguments of get_neighbors. */
 export const RelationArgs = z.object({ variable: Variable, relation: z.string().min(1) });
+/** Arguments of intersection. */
 export const IntersectionArgs = z.object({ variable1: Variable, variable2: Variable });
+/** Arguments of argmax and argmin. */
 export const AttributeArgs = z.object({ variable: Variable, attribute: z.string().min(1) });
 
 const TOOLS: readonly ToolDefinition[] = [

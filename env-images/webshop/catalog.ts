@@ -84,6 +84,7 @@ const PRODUCT_TYPES: readonly ProductType[] = [
   },
 ];
 
+/** One catalogue item. */
 export interface Product {
   readonly asin: string;
   readonly type: string;
@@ -96,6 +97,7 @@ export interface Product {
   readonly description: string;
 }
 
+/** What the user wants: WebShop's attributes, options and price ceiling. */
 export interface Goal {
   readonly type: string;
   readonly category: string;
@@ -105,6 +107,7 @@ export interface Goal {
   readonly instruction: string;
 }
 
+/** One generated catalogue and goal. */
 export interface WebShopInstance {
   readonly index: number;
   readonly products: readonly Product[];
@@ -113,6 +116,7 @@ export interface WebShopInstance {
   readonly targetAsin: string;
 }
 
+/** Train and test index ranges (disjoint). */
 export const WEBSHOP_SPLITS = { train: { start: 0, end: 10_000 }, test: { start: 10_000, end: 10_500 } } as const;
 
 const ASIN_CHARS = "ABCDEFGHJKLMNPQRSTUVWXYZ0123456789";

@@ -12,6 +12,7 @@ import type { Goal, Product } from "./catalog.ts";
  * none does, 0.1 when under a tenth of the type words appear in the title, 0 when none do.
  */
 
+/** The reward and the parts it was computed from. */
 export interface RewardBreakdown {
   readonly reward: number;
   readonly rType: number;

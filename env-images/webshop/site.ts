@@ -7,10 +7,12 @@ import { purchaseReward, type RewardBreakdown } from "./reward.ts";
  * and Buy Now. Clickable elements are written in brackets; `click` takes the text inside.
  */
 
+/** Results per page, few so that pages stay short. */
 export const RESULTS_PER_PAGE = 5;
 /** Results beyond this many are not shown (WebShop keeps the top 50; our catalogues are small). */
 const MAX_RESULTS = 25;
 
+/** Names of the navigation buttons, as shown inside brackets. */
 export const BACK_TO_SEARCH = "Back to Search";
 export const NEXT_PAGE = "Next >";
 export const PREV_PAGE = "< Prev";
@@ -24,6 +26,7 @@ type Page =
   | { readonly kind: "item"; readonly product: Product; readonly from: Page; readonly selected: Record<string, string> }
   | { readonly kind: "detail"; readonly what: "Description" | "Features"; readonly item: Page & { kind: "item" } };
 
+/** What an action did: a new page, an error (page unchanged) or a purchase. */
 export type ActionOutcome =
   | { readonly kind: "page"; readonly observation: string }
   | { readonly kind: "error"; readonly observation: string }
@@ -41,6 +44,7 @@ function normalizeElement(text: string): string {
     .toLowerCase();
 }
 
+/** One shopper's browsing state over an instance's catalogue. */
 export class WebShopSite {
   private page: Page = { kind: "search" };
   /** Document frequency of each word, for idf-weighted search. */

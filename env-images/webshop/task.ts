@@ -10,11 +10,14 @@ import { WebShopSite } from "./site.ts";
  * (attributes, options, price, times the type match); `success` is a perfect 1.
  */
 
+/** AgentBench WebShop turn limit. */
 export const WEBSHOP_MAX_TURNS = 20;
 
+/** Arguments of search_action. */
 export const SearchArgs = z.object({
   keywords: z.string().min(1).max(200).describe("Search keywords, e.g. 'lightweight running shoes'."),
 });
+/** Arguments of click_action. */
 export const ClickArgs = z.object({
   element: z
     .string()
