@@ -244,7 +244,16 @@ const SCENES: Record<Scene, SceneSpec> = {
 };
 
 /** Receptacle kinds that never serve as a goal's destination or an object's starting place. */
-const NOT_DESTINATIONS = new Set(["sinkbasin", "microwave", "stoveburner", "toaster", "coffeemachine", "bathtubbasin"]);
+const NOT_DESTINATIONS = new Set([
+  "sinkbasin",
+  "microwave",
+  "stoveburner",
+  "toaster",
+  "coffeemachine",
+  "bathtubbasin",
+  "towelholder",
+  "toiletpaperhanger",
+]);
 const NOT_STARTS = new Set(["stoveburner", "toaster", "coffeemachine"]);
 
 export interface Goal {
@@ -361,9 +370,7 @@ export function generateAlfInstance(index: number): AlfInstance {
 
   let destination: string | undefined;
   if (!lookTask) {
-    const kinds = [...new Set(receptacles.map(kindOf))].filter(
-      (k) => !NOT_DESTINATIONS.has(k) && k !== appliance && k !== "toilet" && k !== "towelholder",
-    );
+    const kinds = [...new Set(receptacles.map(kindOf))].filter((k) => !NOT_DESTINATIONS.has(k) && k !== appliance);
     destination = rng.pick(kinds);
   }
 
