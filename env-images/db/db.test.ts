@@ -121,6 +121,12 @@ describe("db tools", () => {
         return episode.call("commit_final_answer", { answers: [] }, never);
       });
       expect(twice.reward?.reward, kind).toBe(0);
+      const dropped = await withEpisode(index, async (episode) => {
+        const drop = await episode.call("execute_sql", { query: `DROP TABLE ${instance.table}` }, never);
+        expect(drop.observation).toBe("OK, no rows returned.");
+        return episode.call("commit_final_answer", { answers: [] }, never);
+      });
+      expect(dropped.reward?.reward, kind).toBe(0);
     }
   });
 

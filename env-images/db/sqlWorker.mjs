@@ -9,6 +9,10 @@ const SQL = await initSqlJs();
 /** The one database this worker holds (one episode at a time). */
 let db = null;
 
+function totalChanges() {
+  return db.exec("SELECT total_changes()")[0].values[0][0];
+}
+
 function run(message) {
   switch (message.op) {
     case "reset": {
@@ -22,7 +26,8 @@ function run(message) {
       // Step through every row but keep only the first maxRows: a huge result is counted, not
       // copied to the host.
       const results = [];
-      let changes = 0;
+      // sqlite3_changes() keeps the last DML count across DDL statements, so count by difference.
+      const before = totalChanges();
       for (const statement of db.iterateStatements(message.sql)) {
         try {
           const columns = statement.getColumnNames();
@@ -33,12 +38,11 @@ function run(message) {
             if (values.length < message.maxRows) values.push(statement.get());
           }
           if (columns.length > 0) results.push({ columns, values, total });
-          else changes += db.getRowsModified();
         } finally {
           statement.free();
         }
       }
-      return { results, changes };
+      return { results, changes: totalChanges() - before };
     }
     case "close": {
       db?.close();
