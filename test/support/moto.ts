@@ -30,8 +30,8 @@ export function setDummyAwsCredentials(): void {
   process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= "true";
 }
 
-/** Starts `python3 -m moto.server` on a free port and waits until it answers. */
-export async function startMoto(timeoutMs = 30_000): Promise<MotoServer> {
+/** Starts `python3 -m moto.server` on a free port and waits until it answers (slow to import on a busy machine). */
+export async function startMoto(timeoutMs = 55_000): Promise<MotoServer> {
   setDummyAwsCredentials();
   const port = await freePort();
   const endpoint = `http://127.0.0.1:${port}`;

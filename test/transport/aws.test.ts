@@ -22,7 +22,7 @@ describe("aws transport conformance (moto server)", () => {
   registerCrashSafety(() => target, { objectBytes: 2 * 1024 * 1024 });
 });
 
-describe("aws transport resources", () => {
+describe.concurrent("aws transport resources", () => {
   it("names a missing queue and how to create it", async () => {
     const transport = new AwsTransport(await target.freshConfig());
     try {

@@ -37,9 +37,9 @@ export function registerCrashSafety(target: () => TransportTarget, options: { ob
       const child = start(context, "consumer.ts", {
         AGENTRL_CRASH_CONFIG: JSON.stringify(config),
         AGENTRL_CRASH_COUNT: String(bodies.length),
-        AGENTRL_CRASH_VISIBILITY: "2",
+        AGENTRL_CRASH_VISIBILITY: "5",
       });
-      const line = await firstLineMatching(child, /^\{"received"/, 30_000);
+      const line = await firstLineMatching(child, /^\{"received"/, 45_000);
       const held = (JSON.parse(line) as { received: string[] }).received;
       expect(new Set(held)).toEqual(new Set(ids));
       await killHard(child);
@@ -58,7 +58,7 @@ export function registerCrashSafety(target: () => TransportTarget, options: { ob
         AGENTRL_CRASH_CONFIG: JSON.stringify(config),
         AGENTRL_CRASH_BYTES: String(options.objectBytes),
       });
-      await firstLineMatching(child, /^writing 2$/, 30_000);
+      await firstLineMatching(child, /^writing 2$/, 45_000);
       await sleep(Math.floor(Math.random() * 30));
       await killHard(child);
       const big = await store.get("big");

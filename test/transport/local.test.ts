@@ -1,11 +1,120 @@
-import { describe } from "vitest";
+import { spawn } from "node:child_process";
+import { readdir } from "node:fs/promises";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { afterAll, describe, expect, it } from "vitest";
+import { TransportError } from "../../shared/transport/errors.ts";
+import { LocalObjectStore, LocalTransport } from "../../shared/transport/local.ts";
 import { registerTransportConformance } from "./conformance.ts";
 import { registerCrashSafety } from "./crash.ts";
 import { localTarget } from "./target.ts";
 
 const target = localTarget();
+const CHILDREN = fileURLToPath(new URL("./children/", import.meta.url));
 
 describe("local transport conformance", () => {
   registerTransportConformance(() => target);
   registerCrashSafety(() => target, { objectBytes: 4 * 1024 * 1024 });
+});
+
+describe.concurrent("local transport specifics", () => {
+  afterAll(async () => {
+    await target.cleanup();
+  });
+
+  it("messages, in-flight state and dead letters survive closing and reopening the database", async () => {
+    const config = await target.freshConfig({ maxReceiveCount: 1 });
+    const first = new LocalTransport(config);
+    await first.queue("rollout-requests").sendBatch(["kept", "in flight", "doomed"]);
+    const [inFlight] = await first.queue("rollout-requests").receive({ visibilityTimeoutSeconds: 60 });
+    await first.close();
+
+    const second = new LocalTransport(config);
+    try {
+      const queue = second.queue("rollout-requests");
+      expect(await queue.approximateDepth()).toEqual({ visible: 2, inFlight: 1 });
+      const [next] = await queue.receive();
+      await queue.fail(next!.receiptHandle, "bad input");
+      await queue.delete(inFlight!.receiptHandle);
+      expect(await queue.approximateDepth()).toEqual({ visible: 1, inFlight: 0 });
+    } finally {
+      await second.close();
+    }
+    const third = new LocalTransport(config);
+    try {
+      expect(await third.queue("rollout-requests").deadLetters()).toMatchObject([
+        { body: "in flight", reason: "bad input" },
+      ]);
+    } finally {
+      await third.close();
+    }
+  });
+
+  it("several processes draining one queue together get every message exactly once", async () => {
+    const config = await target.freshConfig();
+    const transport = new LocalTransport(config);
+    try {
+      const children = [0, 1, 2].map(() =>
+        spawn(process.execPath, ["--import", "tsx", `${CHILDREN}drainer.ts`], {
+          env: { ...process.env, AGENTRL_CRASH_CONFIG: JSON.stringify(config) },
+          stdio: ["ignore", "pipe", "inherit"],
+        }),
+      );
+      const outputs = children.map(
+        (child) =>
+          new Promise<string>((resolve, reject) => {
+            let out = "";
+            child.stdout.on("data", (chunk: Buffer) => {
+              out += chunk.toString();
+            });
+            child.once("exit", (code) => (code === 0 ? resolve(out) : reject(new Error(`drainer exited ${code}`))));
+          }),
+      );
+      await Promise.all(
+        children.map(
+          (child) =>
+            new Promise<void>((resolve) => {
+              child.stdout.once("data", () => resolve());
+            }),
+        ),
+      );
+      const bodies = Array.from({ length: 300 }, (_, i) => `m${i}`);
+      const sent: string[] = [];
+      for (let i = 0; i < bodies.length; i += 20)
+        sent.push(...(await transport.queue("trajectories").sendBatch(bodies.slice(i, i + 20))));
+      const received = (await Promise.all(outputs)).flatMap((out) => {
+        const line = out.split("\n").find((l) => l.startsWith("{"));
+        return (JSON.parse(line ?? "{}") as { received?: string[] }).received ?? [];
+      });
+      expect(received).toHaveLength(300);
+      expect(new Set(received)).toEqual(new Set(sent));
+      expect(await transport.queue("trajectories").approximateDepth()).toEqual({ visible: 0, inFlight: 0 });
+    } finally {
+      await transport.close();
+    }
+  });
+
+  it("leaves no temp files behind and keeps them out of the store's folder", async () => {
+    const config = await target.freshConfig();
+    const store = new LocalObjectStore(join(config.localDir, "objects", "checkpoints"));
+    await store.put("policies/v1/weights.bin", new Uint8Array(1000));
+    expect(await store.putIfAbsent("policies/v1/weights.bin", "again")).toBe(false);
+    expect(await store.putIfAbsent("policies/v1/manifest.json", "{}")).toBe(true);
+    expect(await readdir(store.tmpDir)).toEqual([]);
+    expect(await readdir(join(store.dir, "policies", "v1"))).toEqual(
+      expect.arrayContaining(["manifest.json", "weights.bin"]),
+    );
+  });
+
+  it("a key below an existing object is refused with a clear error, reading it gives undefined", async () => {
+    const config = await target.freshConfig();
+    const store = new LocalObjectStore(join(config.localDir, "objects", "trajectories"));
+    await store.put("a", "object a");
+    await expect(store.put("a/b", "x")).rejects.toBeInstanceOf(TransportError);
+    await expect(store.put("a/b", "x")).rejects.toThrow(/a parent segment is already an object/);
+    expect(await store.get("a/b")).toBeUndefined();
+    await store.put("c/d", "x");
+    expect(await store.get("c")).toBeUndefined();
+    expect(await store.head("c")).toBeUndefined();
+  });
 });

@@ -11,11 +11,11 @@ const count = Number(process.env.AGENTRL_CRASH_COUNT);
 const visibilityTimeoutSeconds = Number(process.env.AGENTRL_CRASH_VISIBILITY);
 const transport = await createTransport(config, { ensureResources: false });
 const queue = transport.queue("rollout-requests");
-const ids: string[] = [];
-while (ids.length < count) {
+const ids = new Set<string>();
+while (ids.size < count) {
   const batch = await queue.receive({ maxMessages: 10, waitSeconds: 2, visibilityTimeoutSeconds });
-  ids.push(...batch.map((m) => m.id));
+  for (const message of batch) ids.add(message.id);
 }
-process.stdout.write(`${JSON.stringify({ received: ids })}\n`);
+process.stdout.write(`${JSON.stringify({ received: [...ids] })}\n`);
 // Hold the messages (never delete) until killed.
 setInterval(() => {}, 60_000);
