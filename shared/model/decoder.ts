@@ -17,6 +17,70 @@ interface SlotState {
   values: Float32Array[];
 }
 
+/**
+ * Attention of one new token (its rotated q|k|v row at buf[base..]) over `positions` cached rows,
+ * written to out[outBase..]. Heads of a kv group are scored together so each key row is read once.
+ */
+function attendOne(
+  buf: Float32Array,
+  base: number,
+  keys: Float32Array,
+  values: Float32Array,
+  positions: number,
+  heads: number,
+  kvHeads: number,
+  hd: number,
+  out: Float32Array,
+  outBase: number,
+  scores: Float64Array,
+  acc: Float64Array,
+): void {
+  const rep = heads / kvHeads;
+  const kvWidth = kvHeads * hd;
+  const scale = 1 / Math.sqrt(hd);
+  for (let g = 0; g < kvHeads; g++) {
+    const kOff = g * hd;
+    for (let r = 0; r < rep; r++) {
+      const q = base + (g * rep + r) * hd;
+      const row = r * positions;
+      let max = Number.NEGATIVE_INFINITY;
+      for (let j = 0; j < positions; j++) {
+        const k = j * kvWidth + kOff;
+        // Four independent sums: a single running sum is bound by floating-point add latency.
+        let d0 = 0;
+        let d1 = 0;
+        let d2 = 0;
+        let d3 = 0;
+        let e = 0;
+        for (; e + 3 < hd; e += 4) {
+          d0 += buf[q + e]! * keys[k + e]!;
+          d1 += buf[q + e + 1]! * keys[k + e + 1]!;
+          d2 += buf[q + e + 2]! * keys[k + e + 2]!;
+          d3 += buf[q + e + 3]! * keys[k + e + 3]!;
+        }
+        for (; e < hd; e++) d0 += buf[q + e]! * keys[k + e]!;
+        const s = (d0 + d1 + (d2 + d3)) * scale;
+        scores[row + j] = s;
+        if (s > max) max = s;
+      }
+      let sum = 0;
+      for (let j = 0; j < positions; j++) {
+        const e = Math.exp(scores[row + j]! - max);
+        scores[row + j] = e;
+        sum += e;
+      }
+      acc.fill(0);
+      for (let j = 0; j < positions; j++) {
+        const p = scores[row + j]! / sum;
+        const v = j * kvWidth + kOff;
+        for (let e = 0; e < hd; e++) acc[e]! += p * values[v + e]!;
+      }
+      const o = outBase + (g * rep + r) * hd;
+      for (let e = 0; e < hd; e++) out[o + e] = acc[e]!;
+    }
+  }
+}
+
 function isTransformer(policy: InferencePolicy): policy is TransformerPolicy {
   return typeof (policy as Partial<TransformerPolicy>).hidden === "function";
 }
@@ -135,13 +199,13 @@ export class KvDecoder implements Decoder {
     const { heads, kvHeads, headDim: hd, qkvWidth: C } = dims;
     const rep = heads / kvHeads;
     const kvWidth = kvHeads * hd;
-    const scale = 1 / Math.sqrt(hd);
     const n = slots.length;
     const logits = tidyRead(() => {
       const hidden = policy.hidden(Int32Array.from(tokens), (layer, qkv) => {
         const buf = qkv.dataSync() as Float32Array;
         const out = new Float32Array(n * heads * hd);
-        let scores = new Float64Array(64);
+        let scores = new Float64Array(256);
+        const acc = new Float64Array(hd);
         for (let i = 0; i < n; i++) {
           const state = states[i]!;
           const pos = state.length;
@@ -151,33 +215,8 @@ export class KvDecoder implements Decoder {
           const values = state.values[layer]!;
           keys.set(buf.subarray(base + heads * hd, base + heads * hd + kvWidth), pos * kvWidth);
           values.set(buf.subarray(base + heads * hd + kvWidth, base + C), pos * kvWidth);
-          const positions = pos + 1;
-          if (scores.length < positions) scores = new Float64Array(positions * 2);
-          for (let h = 0; h < heads; h++) {
-            const q = base + h * hd;
-            const kOff = Math.floor(h / rep) * hd;
-            let max = Number.NEGATIVE_INFINITY;
-            for (let j = 0; j < positions; j++) {
-              const k = j * kvWidth + kOff;
-              let dot = 0;
-              for (let e = 0; e < hd; e++) dot += buf[q + e]! * keys[k + e]!;
-              const s = dot * scale;
-              scores[j] = s;
-              if (s > max) max = s;
-            }
-            let sum = 0;
-            for (let j = 0; j < positions; j++) {
-              const e = Math.exp(scores[j]! - max);
-              scores[j] = e;
-              sum += e;
-            }
-            const o = i * heads * hd + h * hd;
-            for (let j = 0; j < positions; j++) {
-              const p = scores[j]! / sum;
-              const v = j * kvWidth + kOff;
-              for (let e = 0; e < hd; e++) out[o + e]! += p * values[v + e]!;
-            }
-          }
+          if (scores.length < rep * (pos + 1)) scores = new Float64Array(rep * (pos + 1) * 2);
+          attendOne(buf, base, keys, values, pos + 1, heads, kvHeads, hd, out, i * heads * hd, scores, acc);
         }
         return tf.tensor2d(out, [n, heads * hd]);
       });

@@ -1,0 +1,146 @@
+/**
+ * `npm run bench:policy` — throughput of the TF.js policy on this machine, in one run:
+ * decode tokens/s at 1, 8 and 64 concurrent sequences with continuous batching (one batched step
+ * for all) against one-at-a-time (each sequence stepped alone), training tokens/s (Adam step over
+ * 8 × 256 tokens), and achieved GFLOP/s as a fraction of the backend's own 512² matMul GFLOP/s.
+ * Both wall-clock and process-CPU rates are printed: on a shared machine CPU time is the fairer one.
+ *
+ * Options (environment): AGENTRL_BACKEND=auto|tensorflow|wasm|cpu, BENCH_SECONDS (per measurement, default 1.5).
+ */
+import { loadavg } from "node:os";
+import * as tf from "@tensorflow/tfjs";
+import { ModelConfig } from "../shared/config/policy.ts";
+import { type BackendPreference, createPolicy, initBackend } from "../shared/model/index.ts";
+
+const preference = (process.env.AGENTRL_BACKEND ?? "auto") as BackendPreference;
+if (!["auto", "tensorflow", "wasm", "cpu"].includes(preference)) {
+  console.error(`AGENTRL_BACKEND=${preference} is not allowed (auto, tensorflow, wasm, cpu)`);
+  process.exit(2);
+}
+const seconds = Number(process.env.BENCH_SECONDS ?? 1.5);
+
+interface Rate {
+  wall: number;
+  cpu: number;
+}
+
+/** Runs `step` (each call producing `unitsPerCall` units) until `seconds` pass or `maxCalls` calls; returns units/s. */
+function rate(unitsPerCall: number, step: () => void, maxCalls = Number.POSITIVE_INFINITY): Rate {
+  const c0 = process.cpuUsage();
+  const t0 = performance.now();
+  let calls = 0;
+  while (calls < maxCalls && (calls === 0 || performance.now() - t0 < seconds * 1000)) {
+    step();
+    calls += 1;
+  }
+  const c = process.cpuUsage(c0);
+  return {
+    wall: (unitsPerCall * calls) / ((performance.now() - t0) / 1000),
+    cpu: (unitsPerCall * calls) / ((c.user + c.system) / 1e6),
+  };
+}
+
+const fmt = (x: number, digits = 0) => x.toFixed(digits).padStart(8);
+
+const info = await initBackend(preference);
+const config = ModelConfig.parse({});
+const started = performance.now();
+console.log(`backend ${info.name} (${info.source}); load average ${loadavg()[0]!.toFixed(1)}`);
+console.log(
+  `model d=${config.dModel} layers=${config.layers} heads=${config.heads}/${config.kvHeads} ffn=${config.ffnHidden} vocab=${config.vocabSize}`,
+);
+
+// The backend's own matMul rate: the ceiling the model's FLOP/s are compared against.
+const a = tf.randomNormal([512, 512]);
+const b = tf.randomNormal([512, 512]);
+for (let i = 0; i < 3; i++) tf.tidy(() => tf.matMul(a, b).dataSync());
+const matmul = rate(2 * 512 ** 3, () => {
+  const c = tf.matMul(a, b);
+  c.dataSync();
+  c.dispose();
+});
+a.dispose();
+b.dispose();
+const matmulGflops = { wall: matmul.wall / 1e9, cpu: matmul.cpu / 1e9 };
+console.log(
+  `matMul 512x512: ${matmulGflops.wall.toFixed(1)} GFLOP/s wall, ${matmulGflops.cpu.toFixed(1)} GFLOP/s cpu\n`,
+);
+
+const policy = createPolicy(config, 1);
+const d = config.dModel;
+const hd = d / config.heads;
+// Weights touched per token outside the embedding lookup: blocks + LM head.
+const denseParams =
+  config.layers * (d * (config.heads + 2 * config.kvHeads) * hd + config.heads * hd * d + 3 * d * config.ffnHidden) +
+  d * config.vocabSize;
+const tokensOf = (n: number, salt: number) =>
+  Array.from({ length: n }, (_, i) => (i * 7919 + salt * 104_729 + 13) % config.vocabSize);
+
+const promptLength = 64;
+const decodeSteps = 24;
+console.log(
+  "decode tokens/s (prompt 64, then steps)  batched(wall)  batched(cpu)  one-at-a-time(wall)  one-at-a-time(cpu)  speed-up",
+);
+const decodeRows: Array<{ n: number; batched: Rate; single: Rate }> = [];
+for (const n of [1, 8, 64]) {
+  const decoder = policy.createDecoder(n);
+  const slots = Array.from({ length: n }, (_, i) => decoder.add(tokensOf(promptLength, i)).slot);
+  const tokens = slots.map((_, i) => (i * 31) % config.vocabSize);
+  // Continuous batching: every active sequence advances in one step.
+  let steps = 0;
+  const batched = rate(
+    n,
+    () => {
+      decoder.step(slots, tokens);
+      steps += 1;
+    },
+    decodeSteps,
+  );
+  decoder.dispose();
+  // One at a time: the same sequences, each stepped alone (a server without batching).
+  const lone = policy.createDecoder(n);
+  const loneSlots = Array.from({ length: n }, (_, i) => lone.add(tokensOf(promptLength, i)).slot);
+  let next = 0;
+  const single = rate(
+    1,
+    () => {
+      const i = next++ % n;
+      lone.step([loneSlots[i]!], [tokens[i]!]);
+    },
+    decodeSteps * n,
+  );
+  lone.dispose();
+  decodeRows.push({ n, batched, single });
+  console.log(
+    `  ${String(n).padStart(2)} concurrent (${steps} batched steps)        ${fmt(batched.wall)}      ${fmt(batched.cpu)}          ${fmt(single.wall)}          ${fmt(single.cpu)}     ${fmt(batched.cpu / single.cpu, 1)}x`,
+  );
+}
+
+// Training: one Adam step over 8 sequences of 256 tokens.
+const batch = Array.from({ length: 8 }, (_, i) => Int32Array.from(tokensOf(256, 100 + i)));
+const batchTokens = 8 * 256;
+const loss = (logp: tf.Tensor2D) => tf.div(tf.neg(tf.sum(logp)), batchTokens) as tf.Scalar;
+policy.trainStep(batch, 1, loss);
+const tensorsBefore = tf.memory().numTensors;
+const train = rate(batchTokens, () => policy.trainStep(batch, 1, loss), 3);
+const tensorsAfter = tf.memory().numTensors;
+const forward = rate(batchTokens, () => policy.logProbs(batch, 1), 3);
+console.log(
+  `\ntraining tokens/s (8 x 256, Adam):  ${fmt(train.wall)} wall  ${fmt(train.cpu)} cpu   (tensors ${tensorsBefore} -> ${tensorsAfter})`,
+);
+console.log(`log-probs tokens/s (forward only): ${fmt(forward.wall)} wall  ${fmt(forward.cpu)} cpu`);
+
+// FLOPs: 2 per weight per token forward, ×3 with the backward; attention computes full L×L scores
+// (causal mask applied after), 4·L·d per token forward.
+const trainFlopsPerToken = 3 * (2 * denseParams + config.layers * 4 * 256 * d);
+const decodeFlopsPerToken = 2 * denseParams + config.layers * 4 * (promptLength + decodeSteps / 2) * d;
+console.log("\nachieved GFLOP/s (fraction of matMul 512x512)          wall              cpu");
+const line = (name: string, r: Rate, flops: number) =>
+  console.log(
+    `  ${name.padEnd(40)} ${fmt((r.wall * flops) / 1e9, 2)} (${fmt((100 * r.wall * flops) / 1e9 / matmulGflops.wall, 1)}%) ${fmt((r.cpu * flops) / 1e9, 2)} (${fmt((100 * r.cpu * flops) / 1e9 / matmulGflops.cpu, 1)}%)`,
+  );
+line("training", train, trainFlopsPerToken);
+for (const row of decodeRows) line(`decode ${row.n} concurrent, batched`, row.batched, decodeFlopsPerToken);
+for (const row of decodeRows) line(`decode ${row.n} concurrent, one-at-a-time`, row.single, decodeFlopsPerToken);
+policy.dispose();
+console.log(`\nbench finished in ${((performance.now() - started) / 1000).toFixed(1)} s`);
