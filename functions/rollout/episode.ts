@@ -1,0 +1,221 @@
+import type { ChatCodec } from "../../shared/chat/codec.ts";
+import type { RolloutConfig } from "../../shared/config/rollout.ts";
+import type { ControllerClient } from "../../shared/env/client.ts";
+import type { SampleStatus } from "../../shared/protocol/envApi.ts";
+import type { RolloutRequest, Trajectory } from "../../shared/protocol/messages.ts";
+import type { ChatMessage } from "../../shared/protocol/openai.ts";
+import { hashString, seededRandomFrom } from "../../shared/rl/random.ts";
+import type { PolicyClient, PolicyEndpoint } from "./policyClient.ts";
+import type { PolicyPool } from "./pool.ts";
+
+/** The controller calls the agent loop makes (ControllerClient, or a fake in tests). */
+export type EnvApi = Pick<ControllerClient, "startSample" | "interact" | "cancel">;
+/** The chat-format helpers the agent loop needs (ChatCodec). */
+export type EpisodeCodec = Pick<ChatCodec, "promptTokens" | "continuationTokens" | "assistantTokens">;
+
+export interface EpisodeDeps {
+  readonly env: EnvApi;
+  readonly policy: Pick<PolicyClient, "generate">;
+  readonly pool: Pick<PolicyPool, "draw">;
+  readonly codec: EpisodeCodec;
+  readonly rollout: RolloutConfig;
+  /** Experiment seed: cross-policy draws and sampling seeds derive from it. */
+  readonly seed: number;
+}
+
+/** Stable id of the trajectory of one request: a redelivered request maps to the same id. */
+export function trajectoryIdOf(request: Pick<RolloutRequest, "groupId" | "sample">): string {
+  return `${request.groupId}-s${request.sample}`;
+}
+
+/** Object key of a trajectory in the trajectory store. */
+export function trajectoryKey(experimentId: string, groupId: string, trajectoryId: string): string {
+  return `trajectories/${experimentId}/${groupId}/${trajectoryId}.json`;
+}
+
+/** Accumulates the token-aligned arrays of a trajectory. */
+class TokenLog {
+  readonly tokenIds: number[] = [];
+  readonly lossMask: Array<0 | 1> = [];
+  readonly logprobs: number[] = [];
+  readonly policyVersion: number[] = [];
+  readonly policyPool: Array<string | null> = [];
+
+  /** Prompt / observation tokens (or tokens we have no behaviour log-probs for): mask 0. */
+  context(ids: readonly number[], pool: string | null = null): void {
+    for (const id of ids) {
+      this.tokenIds.push(id);
+      this.lossMask.push(0);
+      this.logprobs.push(0);
+      this.policyVersion.push(-1);
+      this.policyPool.push(pool);
+    }
+  }
+
+  /** Generated tokens with their behaviour log-probs and versions: mask 1. */
+  generated(ids: readonly number[], logprobs: readonly number[], versions: readonly number[], pool: string): void {
+    ids.forEach((id, i) => {
+      this.tokenIds.push(id);
+      this.lossMask.push(1);
+      this.logprobs.push(logprobs[i] as number);
+      this.policyVersion.push(versions[i] as number);
+      this.policyPool.push(pool);
+    });
+  }
+
+  get length(): number {
+    return this.tokenIds.length;
+  }
+}
+
+function sameTokens(a: readonly number[], b: readonly number[]): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
+}
+
+/**
+ * One attempt at one rollout request: the agent loop of reference section 3.
+ *
+ * Prompt tokens (mask 0); per turn a policy drawn from the pool (seeded by trajectory, attempt
+ * and turn), its generated ids + behaviour log-probs + per-token version and pool (mask 1); the
+ * assistant message goes to the environment; its answer becomes observation tokens (mask 0).
+ * Stops on `finish`, on `maxTurns` (`task limit reached`) or when the token budget is spent
+ * (`agent context limit`). Non-completed episodes get `incompletePunishment`. Tokens from an
+ * external endpoint carry no comparable log-probs, so they are kept as context (mask 0).
+ *
+ * Infrastructure errors (env or policy unreachable, session lost) propagate after the session
+ * is cancelled; the caller retries with a fresh session. `signal` (timeout, shutdown) does too.
+ */
+export async function runEpisode(
+  request: RolloutRequest,
+  deps: EpisodeDeps,
+  signal: AbortSignal,
+  attempt = request.attempt,
+): Promise<Trajectory> {
+  const { env, policy, pool, codec, rollout } = deps;
+  const trajectoryId = trajectoryIdOf(request);
+  const startedAt = new Date();
+  let envMs = 0;
+  let policyMs = 0;
+  const timed = async <T>(kind: "env" | "policy", work: () => Promise<T>): Promise<T> => {
+    const t0 = performance.now();
+    try {
+      return await work();
+    } finally {
+      if (kind === "env") envMs += performance.now() - t0;
+      else policyMs += performance.now() - t0;
+    }
+  };
+
+  const started = await timed("env", () => env.startSample(request.task, request.index, { signal }));
+  let ended = started.finish;
+  try {
+    const messages: ChatMessage[] = [...started.messages];
+    const tools = started.tools;
+    const log = new TokenLog();
+    log.context(codec.promptTokens(messages, tools));
+    const random = seededRandomFrom(deps.seed, trajectoryId, attempt, "pool");
+    const counters = { retokenizedTurns: 0, staleTurns: 0, externalTurns: 0, truncatedTurns: 0 };
+    let status: SampleStatus = started.finish ? started.status : "running";
+    let envReward = started.reward;
+    let envMetrics: Record<string, number> = started.metrics;
+    let turns = 0;
+
+    while (!ended) {
+      if (turns >= rollout.maxTurns) {
+        status = "task limit reached";
+        break;
+      }
+      const budget = Math.min(rollout.maxTokensPerTurn, rollout.maxTotalTokens - log.length);
+      if (budget <= 0) {
+        status = "agent context limit";
+        break;
+      }
+      const endpoint: PolicyEndpoint = pool.draw(random);
+      const generation = await timed("policy", () =>
+        policy.generate(
+          endpoint,
+          {
+            messages,
+            tools,
+            temperature: rollout.temperature,
+            topP: rollout.topP,
+            maxTokens: budget,
+            seed: hashString(`${deps.seed}/${trajectoryId}/${attempt}/${turns}`) & 0x7fffffff,
+            promptTokenIds: log.tokenIds,
+          },
+          signal,
+        ),
+      );
+      turns += 1;
+      const prev = messages.slice();
+      const trace = generation.trace;
+      let generatedIds: readonly number[];
+      if (trace && endpoint.requiresTrace) {
+        if (trace.prompt_token_ids && !sameTokens(trace.prompt_token_ids, log.tokenIds)) counters.retokenizedTurns += 1;
+        if (trace.prompt_truncated) counters.truncatedTurns += 1;
+        generatedIds = trace.token_ids;
+        log.generated(trace.token_ids, trace.logprobs, trace.policy_versions, endpoint.pool);
+      } else {
+        generatedIds = codec.assistantTokens(prev, generation.message, tools);
+        log.context(generatedIds, endpoint.pool);
+        counters.externalTurns += 1;
+      }
+      if (endpoint.pool === "stale") counters.staleTurns += 1;
+      messages.push(generation.message);
+      if (log.length >= rollout.maxTotalTokens) {
+        status = "agent context limit";
+        break;
+      }
+      const answer = await timed("env", () => env.interact(started.sessionId, generation.message, { signal }));
+      messages.push(...answer.messages);
+      envMetrics = answer.metrics;
+      if (answer.finish) {
+        ended = true;
+        status = answer.status;
+        envReward = answer.reward;
+        break;
+      }
+      log.context(codec.continuationTokens([...prev, generation.message], answer.messages, tools, generatedIds));
+    }
+
+    const reward = status === "completed" ? envReward : rollout.incompletePunishment;
+    const generatedTokens = log.lossMask.reduce<number>((sum, m) => sum + m, 0);
+    return {
+      schemaVersion: 1,
+      trajectoryId,
+      experimentId: request.experimentId,
+      groupId: request.groupId,
+      task: request.task,
+      index: request.index,
+      sample: request.sample,
+      groupSize: request.groupSize,
+      messages,
+      tools,
+      tokenIds: log.tokenIds,
+      lossMask: log.lossMask,
+      logprobs: log.logprobs,
+      policyVersion: log.policyVersion,
+      policyPool: log.policyPool,
+      reward,
+      envReward,
+      status,
+      turns,
+      metrics: {
+        ...envMetrics,
+        attempt,
+        generated_tokens: generatedTokens,
+        retokenized_turns: counters.retokenizedTurns,
+        truncated_turns: counters.truncatedTurns,
+        stale_turns: counters.staleTurns,
+        external_turns: counters.externalTurns,
+      },
+      timings: { startedAt: startedAt.toISOString(), finishedAt: new Date().toISOString(), envMs, policyMs },
+      attempt,
+    };
+  } finally {
+    // an episode that did not end naturally (limits, errors, timeout, shutdown) is cancelled
+    if (!ended) await env.cancel(started.sessionId).catch(() => {});
+  }
+}

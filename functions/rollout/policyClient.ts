@@ -1,0 +1,145 @@
+import { AgentRlError, issuesOf } from "../../shared/errors.ts";
+import {
+  type AssistantMessage,
+  type ChatCompletionRequest,
+  ChatCompletionResponse,
+  type ChatMessage,
+  type GenerationTrace,
+  type ToolSpec,
+} from "../../shared/protocol/openai.ts";
+
+/**
+ * A minimal OpenAI-compatible chat-completions client for the agent loop. It reads the
+ * `agentrl` extension of a choice (generated token ids, their log-probs and the policy version
+ * of each token) when the server sends one; any other OpenAI-compatible endpoint works too.
+ */
+
+/** The policy server could not answer (unreachable, timeout, 5xx, malformed answer): retry the episode with a fresh session. */
+export class PolicyUnavailableError extends AgentRlError {
+  override readonly name = "PolicyUnavailableError";
+  readonly retryable = true;
+}
+
+/** The server refused the request (4xx): repeating it will fail the same way. */
+export class PolicyRequestError extends AgentRlError {
+  override readonly name = "PolicyRequestError";
+  readonly retryable = false;
+  constructor(
+    message: string,
+    readonly status: number,
+  ) {
+    super(message);
+  }
+}
+
+/** One member of the cross-policy pool. */
+export interface PolicyEndpoint {
+  /** Pool label recorded per token: `current`, `stale`, or `external:<model>`. */
+  readonly pool: string;
+  /** OpenAI base URL; `/v1` is appended when missing. */
+  readonly url: string;
+  readonly model: string;
+  /** Whether answers must carry the `agentrl` trace (true for our own policy servers). */
+  readonly requiresTrace: boolean;
+}
+
+/** What one assistant turn came back as. */
+export interface Generation {
+  readonly message: AssistantMessage;
+  readonly finishReason: "stop" | "length" | "tool_calls";
+  /** Present when the server reported token ids, log-probs and versions. */
+  readonly trace?: GenerationTrace;
+}
+
+export interface GenerateRequest {
+  readonly messages: readonly ChatMessage[];
+  readonly tools: readonly ToolSpec[];
+  readonly temperature: number;
+  readonly topP: number;
+  readonly maxTokens: number;
+  readonly seed?: number;
+  /**
+   * The prompt as the trajectory recorded it; sent as the `agentrl.prompt_token_ids` extension to
+   * our own servers (endpoints with `requiresTrace`), so generated tokens are never re-tokenized.
+   */
+  readonly promptTokenIds?: readonly number[];
+}
+
+/** Normalizes an OpenAI base URL so `${base}/chat/completions` is the endpoint. */
+export function openAiBase(url: string): string {
+  const trimmed = url.replace(/\/+$/, "");
+  return trimmed.endsWith("/v1") ? trimmed : `${trimmed}/v1`;
+}
+
+/** Chat-completions caller with a per-request timeout. */
+export class PolicyClient {
+  constructor(
+    private readonly timeoutMs: number,
+    private readonly fetchImpl: typeof fetch = fetch,
+  ) {}
+
+  /** One completion (n = 1) from `endpoint`. */
+  async generate(endpoint: PolicyEndpoint, request: GenerateRequest, signal?: AbortSignal): Promise<Generation> {
+    const body: Partial<ChatCompletionRequest> = {
+      model: endpoint.model,
+      messages: [...request.messages],
+      tools: request.tools.length > 0 ? [...request.tools] : undefined,
+      temperature: request.temperature,
+      top_p: request.topP,
+      max_tokens: request.maxTokens,
+      logprobs: true,
+      n: 1,
+      ...(request.seed === undefined ? {} : { seed: request.seed }),
+      ...(endpoint.requiresTrace && request.promptTokenIds && request.promptTokenIds.length > 0
+        ? { agentrl: { prompt_token_ids: [...request.promptTokenIds] } }
+        : {}),
+    };
+    const url = `${openAiBase(endpoint.url)}/chat/completions`;
+    const timeout = AbortSignal.timeout(this.timeoutMs);
+    let response: Response;
+    try {
+      response = await this.fetchImpl(url, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify(body),
+        signal: signal ? AbortSignal.any([signal, timeout]) : timeout,
+      });
+    } catch (error) {
+      if (signal?.aborted) throw signal.reason;
+      const why = timeout.aborted ? `timed out after ${this.timeoutMs} ms` : (error as Error).message;
+      throw new PolicyUnavailableError(`policy ${endpoint.pool} at ${url}: ${why}`, { cause: error });
+    }
+    const text = await response.text().catch(() => "");
+    if (response.status >= 400 && response.status < 500 && response.status !== 408 && response.status !== 429) {
+      throw new PolicyRequestError(
+        `policy ${endpoint.pool}: HTTP ${response.status}: ${text.slice(0, 500)}`,
+        response.status,
+      );
+    }
+    if (!response.ok)
+      throw new PolicyUnavailableError(`policy ${endpoint.pool}: HTTP ${response.status}: ${text.slice(0, 300)}`);
+    let json: unknown;
+    try {
+      json = JSON.parse(text);
+    } catch {
+      throw new PolicyUnavailableError(`policy ${endpoint.pool}: answer is not JSON`);
+    }
+    const parsed = ChatCompletionResponse.safeParse(json);
+    if (!parsed.success) {
+      const issues = issuesOf(parsed.error).map((i) => `${i.path || "(root)"}: ${i.message}`);
+      throw new PolicyUnavailableError(`policy ${endpoint.pool}: invalid answer: ${issues.join("; ")}`);
+    }
+    const choice = parsed.data.choices[0];
+    if (!choice) throw new PolicyUnavailableError(`policy ${endpoint.pool}: answer has no choices`);
+    if (endpoint.requiresTrace) {
+      const trace = choice.agentrl;
+      if (!trace) throw new PolicyUnavailableError(`policy ${endpoint.pool}: answer lacks the agentrl token trace`);
+      const n = trace.token_ids.length;
+      if (trace.logprobs.length !== n || trace.policy_versions.length !== n)
+        throw new PolicyUnavailableError(
+          `policy ${endpoint.pool}: trace lengths differ (ids ${n}, logprobs ${trace.logprobs.length}, versions ${trace.policy_versions.length})`,
+        );
+    }
+    return { message: choice.message, finishReason: choice.finish_reason, trace: choice.agentrl };
+  }
+}
