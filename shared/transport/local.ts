@@ -33,6 +33,8 @@ import {
 
 /** How often a long-polling receive looks again for messages sent by other processes. */
 const POLL_INTERVAL_MS = 25;
+/** A temp file untouched this long belongs to a writer that died; a live write never takes an hour. */
+const STALE_TEMP_MS = 60 * 60 * 1000;
 
 /** Settings of the local transport (the subset of TransportConfig it uses). */
 export interface LocalTransportOptions {
@@ -98,10 +100,12 @@ export class LocalQueueDatabase {
     this.events.setMaxListeners(0);
   }
 
+  /** True once close() ran; pending long polls then return empty. */
   get isClosed(): boolean {
     return this.closed;
   }
 
+  /** Closes the connection and wakes this process's long polls. Idempotent. */
   close(): void {
     if (this.closed) return;
     this.closed = true;
@@ -113,6 +117,7 @@ export class LocalQueueDatabase {
 /** A named queue in a LocalQueueDatabase, with SQS semantics (see the Queue interface). */
 export class LocalQueue implements Queue {
   private readonly insert;
+  private readonly anyReady;
   private readonly selectReady;
   private readonly markReceived;
   private readonly moveToDeadLetters;
@@ -132,6 +137,9 @@ export class LocalQueue implements Queue {
     const db = database.db;
     this.insert = db.prepare<[{ queue: string; id: string; body: string; now: number }]>(
       "INSERT INTO messages (queue, id, body, sent_at, visible_at) VALUES (@queue, @id, @body, @now, @now)",
+    );
+    this.anyReady = db.prepare<[string, number], { one: number }>(
+      "SELECT 1 AS one FROM messages WHERE queue = ? AND visible_at <= ? LIMIT 1",
     );
     this.selectReady = db.prepare<[string, number, number], MessageRow>(
       "SELECT seq, id, body, receive_count FROM messages WHERE queue = ? AND visible_at <= ? ORDER BY seq LIMIT ?",
@@ -195,6 +203,8 @@ export class LocalQueue implements Queue {
 
   /** One attempt, in one IMMEDIATE transaction so two processes never take the same delivery. */
   private receiveNow(maxMessages: number, visibilityMs: number): ReceivedMessage[] {
+    // Idle long polls only read: the write lock is taken only when there is something to take.
+    if (!this.anyReady.get(this.name, Date.now())) return [];
     return this.database.db
       .transaction(() => {
         const now = Date.now();
@@ -293,8 +303,20 @@ export class LocalObjectStore implements ObjectStore {
   /** Temp files live beside, not inside, `dir`: they never show up in `list` and never clash with a key. */
   readonly tmpDir: string;
 
+  private swept?: Promise<void>;
+
   constructor(readonly dir: string) {
     this.tmpDir = `${dir}.tmp`;
+  }
+
+  /** Removes temp files left by writers that were killed mid-write (old enough to be nobody's now). */
+  private async sweepStaleTemps(): Promise<void> {
+    const cutoff = Date.now() - STALE_TEMP_MS;
+    for (const name of await readdir(this.tmpDir)) {
+      const path = join(this.tmpDir, name);
+      const info = await stat(path).catch(() => undefined);
+      if (info && info.mtimeMs < cutoff) await unlink(path).catch(() => {});
+    }
   }
 
   private pathOf(key: string): string {
@@ -305,6 +327,8 @@ export class LocalObjectStore implements ObjectStore {
   /** Writes `body` to a fresh temp file and fsyncs it; returns the temp path. */
   private async writeTemp(body: Uint8Array | string): Promise<string> {
     await mkdir(this.tmpDir, { recursive: true });
+    this.swept ??= this.sweepStaleTemps().catch(() => {});
+    await this.swept;
     const tmp = join(this.tmpDir, `${randomUUID()}.part`);
     const handle = await open(tmp, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL, 0o644);
     try {

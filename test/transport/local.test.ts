@@ -1,5 +1,5 @@
 import { spawn } from "node:child_process";
-import { readdir } from "node:fs/promises";
+import { mkdir, readdir, utimes, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
@@ -104,6 +104,20 @@ describe.concurrent("local transport specifics", () => {
     expect(await readdir(join(store.dir, "policies", "v1"))).toEqual(
       expect.arrayContaining(["manifest.json", "weights.bin"]),
     );
+  });
+
+  it("sweeps temp files that killed writers left behind long ago, and only those", async () => {
+    const config = await target.freshConfig();
+    const store = new LocalObjectStore(join(config.localDir, "objects", "trajectories"));
+    await mkdir(store.tmpDir, { recursive: true });
+    const old = join(store.tmpDir, "dead-writer.part");
+    const recent = join(store.tmpDir, "live-writer.part");
+    await writeFile(old, "partial");
+    await writeFile(recent, "partial");
+    const twoHoursAgo = new Date(Date.now() - 2 * 3600 * 1000);
+    await utimes(old, twoHoursAgo, twoHoursAgo);
+    await store.put("x", "y");
+    expect(await readdir(store.tmpDir)).toEqual(["live-writer.part"]);
   });
 
   it("a key below an existing object is refused with a clear error, reading it gives undefined", async () => {
