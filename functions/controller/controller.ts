@@ -82,6 +82,8 @@ interface Session {
   lastUpdate: number;
   /** A start or interact call is in flight (not expired, not reconciled away). */
   busy: boolean;
+  /** When the last call to the worker for this session returned (reconciliation compares it). */
+  settledAt: number;
 }
 
 type WorkerCall =
@@ -237,7 +239,9 @@ export class Controller {
       let pinned = 0;
       for (const session of this.sessions.values()) {
         if (session.worker !== worker) continue;
-        if (!held.has(session.id) && !session.busy && session.start < askedAt) {
+        // Only a session whose last call returned before we asked can be judged: the worker
+        // registers a session before answering start_sample, so it must have listed it.
+        if (!held.has(session.id) && !session.busy && session.settledAt < askedAt) {
           this.log.warn({ sessionId: session.id, workerId: worker.id }, "worker no longer holds session; dropped");
           this.dropSession(session);
         } else pinned += 1;
@@ -341,6 +345,7 @@ export class Controller {
         start: now,
         lastUpdate: now,
         busy: true,
+        settledAt: Number.POSITIVE_INFINITY,
       };
       this.sessions.set(session.id, session);
       worker.current += 1;
@@ -351,6 +356,7 @@ export class Controller {
         this.workerTimeoutMs,
       );
       session.busy = false;
+      session.settledAt = Date.now();
       if (call.kind === "unreachable" || call.kind === "timeout") {
         this.dropSession(session);
         if (call.kind === "unreachable") this.markDead(worker, `start_sample failed: ${describeCall(call)}`);
@@ -375,6 +381,8 @@ export class Controller {
           `worker ${worker.id} answered start_sample with an invalid body: ${issueText(parsed.error)}`,
         );
       }
+      // A worker that answers is alive even if its heartbeats queue behind our own load.
+      worker.lastVisit = Math.max(worker.lastVisit, Date.now());
       if (parsed.data.finish || parsed.data.status !== "running") this.dropSession(session);
       c.header(SESSION_ID_HEADER, String(session.id));
       return c.json(parsed.data);
@@ -400,6 +408,7 @@ export class Controller {
       this.workerTimeoutMs,
     );
     session.busy = false;
+    session.settledAt = Date.now();
     session.lastUpdate = Date.now();
     if (!this.sessions.has(sessionId)) {
       // Cancelled while the turn ran: the worker aborted it; report what it said if it is valid.
@@ -517,20 +526,26 @@ export class Controller {
   // ---- worker calls -------------------------------------------------------------------------
 
   private async callWorker(worker: WorkerRecord, path: string, body: unknown, timeoutMs: number): Promise<WorkerCall> {
-    try {
-      const response = await fetch(`${worker.address}/${path}`, {
-        method: body === undefined ? "GET" : "POST",
-        headers: body === undefined ? undefined : { "content-type": "application/json" },
-        body: body === undefined ? undefined : JSON.stringify(body),
-        signal: AbortSignal.timeout(timeoutMs),
-      });
-      const text = await response.text();
-      return response.ok
-        ? { kind: "ok", status: response.status, text }
-        : { kind: "http", status: response.status, text };
-    } catch (error) {
-      if (error instanceof Error && error.name === "TimeoutError") return { kind: "timeout" };
-      return { kind: "unreachable", error };
+    const deadline = AbortSignal.timeout(timeoutMs);
+    for (let attempt = 0; ; attempt++) {
+      try {
+        const response = await fetch(`${worker.address}/${path}`, {
+          method: body === undefined ? "GET" : "POST",
+          headers: body === undefined ? undefined : { "content-type": "application/json" },
+          body: body === undefined ? undefined : JSON.stringify(body),
+          signal: deadline,
+        });
+        const text = await response.text();
+        return response.ok
+          ? { kind: "ok", status: response.status, text }
+          : { kind: "http", status: response.status, text };
+      } catch (error) {
+        if (error instanceof Error && error.name === "TimeoutError") return { kind: "timeout" };
+        // A pooled keep-alive socket the worker closed while idle fails before the worker read
+        // the request; one retry on a fresh connection tells that race from a dead worker.
+        if (attempt === 0 && isStaleSocket(error)) continue;
+        return { kind: "unreachable", error };
+      }
     }
   }
 
@@ -620,6 +635,11 @@ function describeCall(call: WorkerCall): string {
     return cause?.code ?? (call.error instanceof Error ? call.error.message : String(call.error));
   }
   return `HTTP ${call.status}`;
+}
+
+function isStaleSocket(error: unknown): boolean {
+  const code = error instanceof Error ? (error.cause as { code?: string } | undefined)?.code : undefined;
+  return code === "UND_ERR_SOCKET" || code === "ECONNRESET" || code === "EPIPE";
 }
 
 function passThroughStatus(status: number): ContentfulStatusCode {

@@ -258,7 +258,7 @@ export async function serveTask(
         method: "POST",
         headers: { "content-type": "application/json" },
         body: JSON.stringify(worker.heartbeatBody(address)),
-        signal: AbortSignal.timeout(Math.max(1_000, options.heartbeatMs ?? 8_000)),
+        signal: AbortSignal.timeout(Math.max(5_000, options.heartbeatMs ?? 8_000)),
       });
       if (!response.ok) throw new Error(`HTTP ${response.status}: ${(await response.text()).slice(0, 300)}`);
       await response.body?.cancel();
