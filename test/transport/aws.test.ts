@@ -34,6 +34,23 @@ describe.concurrent("aws transport resources", () => {
     }
   });
 
+  it("fail with a handle received by another process makes the message visible again", async () => {
+    const config = await target.freshConfig({ maxReceiveCount: 5 });
+    const receiver = new AwsTransport(config);
+    const failer = new AwsTransport(config);
+    try {
+      await receiver.ensureResources();
+      await receiver.queue("rollout-requests").send("job");
+      const [first] = await receiver.queue("rollout-requests").receive({ visibilityTimeoutSeconds: 60 });
+      await failer.queue("rollout-requests").fail(first!.receiptHandle, "seen elsewhere");
+      const [again] = await receiver.queue("rollout-requests").receive({ waitSeconds: 5 });
+      expect(again).toMatchObject({ id: first!.id, receiveCount: 2 });
+    } finally {
+      await receiver.close();
+      await failer.close();
+    }
+  });
+
   it("ensureResources creates each queue with a DLQ redrive policy, and can run again", async () => {
     const config = await target.freshConfig({ maxReceiveCount: 4, visibilityTimeoutSeconds: 45 });
     const transport = new AwsTransport(config);
