@@ -13,6 +13,7 @@ const COMMANDS: ReadonlyArray<() => Promise<{ register(program: Command): void }
   () => import("./commands/sweep.ts"),
   () => import("./commands/eval.ts"),
   () => import("./commands/policy.ts"),
+  () => import("./commands/sft.ts"),
 ];
 
 async function main(argv: string[]): Promise<void> {

@@ -1,0 +1,104 @@
+import { type Command, InvalidArgumentError } from "commander";
+import { ValidationError } from "../../shared/errors.ts";
+import { createLogger } from "../../shared/log.ts";
+import type { ObjectStore } from "../../shared/transport/types.ts";
+import { configFromOptions, withConfigOptions } from "../options.ts";
+import { intOption } from "./controller.ts";
+
+interface SftCliOptions {
+  config?: string;
+  set?: string[];
+  tasks?: string[];
+  episodes: number;
+  steps: number;
+  seed?: number;
+  batch: number;
+  lr: number;
+  out?: string;
+  store?: boolean;
+}
+
+/** `agentrl sft`: the warm-up — behaviour cloning on expert traces, written as checkpoint v0. */
+export function register(program: Command): void {
+  withConfigOptions(
+    program
+      .command("sft")
+      .description("warm-up: train the tokenizer and a base policy on expert traces, save it as checkpoint v0")
+      .option("--tasks <names...>", "tasks whose experts produce traces (default: the config's task mix)")
+      .option("--episodes <n>", "expert episodes per task", intOption("--episodes", 1), 40)
+      .option("--steps <n>", "optimizer steps", intOption("--steps", 1), 200)
+      .option("--seed <n>", "seed of episodes, init and batches (default: config seed)", intOption("--seed", 0))
+      .option("--batch <n>", "sequences per step", intOption("--batch", 1), 16)
+      .option("--lr <x>", "Adam learning rate", floatOption("--lr"), 3e-3)
+      .option("--out <dir>", "write policies/v0/ under this folder")
+      .option("--store", "write into the experiment's checkpoint store"),
+  ).action(async (options: SftCliOptions) => {
+    if (Boolean(options.out) === Boolean(options.store))
+      throw new ValidationError("sft options", [
+        { path: "--out/--store", message: "give exactly one: --out DIR or --store" },
+      ]);
+    const config = await configFromOptions(options);
+    const { TASK_MODULES, loadTaskModule } = await import("../../env-images/registry.ts");
+    const available = Object.keys(TASK_MODULES);
+    const names = options.tasks ?? config.tasks.mix.map((m) => m.name).filter((n) => available.includes(n));
+    const unknown = names.filter((n) => !available.includes(n));
+    if (unknown.length > 0 || names.length === 0)
+      throw new ValidationError("sft options", [
+        {
+          path: "--tasks",
+          message: `${unknown.length ? `unknown task(s) ${unknown.join(", ")}` : "no task"}; available: ${available.join(", ")}`,
+        },
+      ]);
+    const tasks = await Promise.all(names.map((n) => loadTaskModule(n)));
+    const log = createLogger({ role: "sft", experimentId: config.experimentId });
+    let close = async () => {};
+    let store: ObjectStore;
+    if (options.out) {
+      const { LocalObjectStore } = await import("../../shared/transport/local.ts");
+      store = new LocalObjectStore(options.out);
+    } else {
+      const { createTransport } = await import("../../shared/transport/index.ts");
+      const transport = await createTransport(config.transport);
+      store = transport.store("checkpoints");
+      close = () => transport.close();
+    }
+    const { runSft } = await import("../../trainer-image/sft/sft.ts");
+    const seed = options.seed ?? config.seed;
+    try {
+      const result = await runSft({
+        config,
+        tasks,
+        episodesPerTask: options.episodes,
+        steps: options.steps,
+        seed,
+        batchSize: options.batch,
+        learningRate: options.lr,
+        store,
+        log,
+        recipe: `agentrl ${process.argv.slice(2).join(" ")}`,
+      });
+      process.stdout.write(
+        `${JSON.stringify({
+          event: "sft-done",
+          version: result.manifest.version,
+          lossBefore: result.lossBefore,
+          lossAfter: result.lossAfter,
+          trainTokensPerSecond: Math.round(result.trainTokensPerSecond),
+          vocabularyUsed: result.vocabularyUsed,
+          traces: result.traces,
+        })}\n`,
+      );
+    } finally {
+      await close();
+    }
+  });
+}
+
+function floatOption(flag: string): (value: string) => number {
+  return (value: string) => {
+    const n = Number(value);
+    if (value.trim() === "" || !Number.isFinite(n) || n <= 0)
+      throw new InvalidArgumentError(`${flag} must be a number > 0, got "${value}"`);
+    return n;
+  };
+}

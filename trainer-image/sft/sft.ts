@@ -1,0 +1,258 @@
+import * as tf from "@tensorflow/tfjs";
+import { ChatCodec } from "../../shared/chat/index.ts";
+import type { ExperimentConfig } from "../../shared/config/index.ts";
+import { runScripted, toolSpecs } from "../../shared/env/session.ts";
+import type { TaskModule } from "../../shared/env/task.ts";
+import { AgentRlError } from "../../shared/errors.ts";
+import type { Logger } from "../../shared/log.ts";
+import { type CheckpointManifest, saveCheckpoint } from "../../shared/model/checkpoint.ts";
+import { createPolicy, initBackend } from "../../shared/model/index.ts";
+import type { ChatMessage, ToolSpec } from "../../shared/protocol/openai.ts";
+import { seededRandomFrom } from "../../shared/rl/random.ts";
+import type { ObjectStore } from "../../shared/transport/types.ts";
+
+/**
+ * Warm-up by behaviour cloning: expert episodes from the task environments (their scripted
+ * experts act through the same tool API a model uses), a tokenizer trained on those traces, then
+ * next-token training with the loss on assistant tokens only, saved as checkpoint v0. Everything
+ * random (episode indices, weight init, batches) derives from `seed`, so a run is reproducible.
+ */
+
+export class SftError extends AgentRlError {
+  override readonly name = "SftError";
+}
+
+export interface SftOptions {
+  readonly config: ExperimentConfig;
+  /** Task modules whose experts produce the traces (the CLI loads them from the registry). */
+  readonly tasks: readonly TaskModule[];
+  /** Expert episodes per task (train split). */
+  readonly episodesPerTask: number;
+  readonly steps: number;
+  readonly seed: number;
+  /** Sequences per optimizer step. */
+  readonly batchSize: number;
+  readonly learningRate: number;
+  /** Store the checkpoint goes to (policies/v{version}/). */
+  readonly store: ObjectStore;
+  /** @default 0 */
+  readonly version?: number;
+  readonly log: Logger;
+  /** Progress callback after each step. */
+  readonly onStep?: (step: number, loss: number) => void;
+  /** Recorded with the checkpoint (the command that made it). */
+  readonly recipe?: string;
+}
+
+export interface TraceStats {
+  readonly task: string;
+  readonly episodes: number;
+  /** Completed with a positive reward: kept for training. */
+  readonly kept: number;
+  /** Kept traces that fit the context window. */
+  readonly fitting: number;
+  readonly tokens: number;
+  readonly maxTokens: number;
+}
+
+export interface SftResult {
+  readonly manifest: CheckpointManifest;
+  readonly traces: readonly TraceStats[];
+  readonly losses: readonly number[];
+  /** Mean loss per assistant token over all traces, before and after training. */
+  readonly lossBefore: number;
+  readonly lossAfter: number;
+  readonly trainTokensPerSecond: number;
+  readonly vocabularyUsed: number;
+}
+
+/** A conversation to imitate. */
+export interface ExpertTrace {
+  readonly task: string;
+  readonly index: number;
+  readonly messages: readonly ChatMessage[];
+  readonly tools: readonly ToolSpec[];
+}
+
+/** Runs each task's expert on `episodesPerTask` train indices drawn from `seed`; keeps the successful episodes. */
+export async function collectExpertTraces(
+  tasks: readonly TaskModule[],
+  episodesPerTask: number,
+  seed: number,
+): Promise<{ traces: ExpertTrace[]; stats: Map<string, { episodes: number; kept: number }> }> {
+  const traces: ExpertTrace[] = [];
+  const stats = new Map<string, { episodes: number; kept: number }>();
+  for (const { task, expert } of tasks) {
+    const tools = toolSpecs(task);
+    const random = seededRandomFrom(seed, "sft-episodes", task.name);
+    const { start, end } = task.splits.train;
+    const span = end - start;
+    const indices = new Set<number>();
+    while (indices.size < Math.min(episodesPerTask, span)) indices.add(start + Math.floor(random() * span));
+    let kept = 0;
+    for (const index of [...indices].sort((a, b) => a - b)) {
+      const run = await runScripted(task, index, expert);
+      if (run.status !== "completed" || run.reward <= 0) continue;
+      kept += 1;
+      traces.push({ task: task.name, index, messages: run.messages, tools });
+    }
+    stats.set(task.name, { episodes: indices.size, kept });
+  }
+  return { traces, stats };
+}
+
+/** Behaviour cloning end to end; see the module comment. */
+export async function runSft(options: SftOptions): Promise<SftResult> {
+  const { config, log, seed } = options;
+  const model = config.policy.model;
+  if (options.tasks.length === 0) throw new SftError("no tasks to collect expert traces from");
+  await initBackend(config.policy.backend);
+
+  const started = Date.now();
+  const { traces, stats } = await collectExpertTraces(options.tasks, options.episodesPerTask, seed);
+  log.info({ traces: traces.length, seconds: (Date.now() - started) / 1000 }, "expert traces collected");
+  if (traces.length === 0) throw new SftError("the experts produced no successful episode");
+
+  const codec = ChatCodec.train(traces, model.vocabSize);
+  const encoded = traces.map((trace) => ({ trace, ...codec.encodeConversation(trace.messages, trace.tools) }));
+  const fitting = encoded.filter((e) => e.tokens.length <= model.contextLength && e.lossMask.includes(1));
+  const traceStats: TraceStats[] = [...stats].map(([task, s]) => {
+    const mine = encoded.filter((e) => e.trace.task === task);
+    const lengths = mine.map((e) => e.tokens.length);
+    return {
+      task,
+      episodes: s.episodes,
+      kept: s.kept,
+      fitting: mine.filter((e) => fitting.includes(e)).length,
+      tokens: lengths.reduce((a, b) => a + b, 0),
+      maxTokens: Math.max(0, ...lengths),
+    };
+  });
+  log.info({ traces: traceStats, vocabulary: codec.tokenizer.size }, "tokenizer trained on the traces");
+  if (fitting.length === 0)
+    throw new SftError(
+      `no trace fits the context window of ${model.contextLength} tokens; raise policy.model.contextLength`,
+    );
+
+  const sequences = fitting.map((e) => Int32Array.from(e.tokens));
+  const masks = fitting.map((e) => Float32Array.from(e.lossMask));
+  const policy = createPolicy(model, seed, {
+    optimizer: {
+      learningRate: options.learningRate,
+      gradClip: config.trainer.gradClip,
+      adamBeta1: config.trainer.adamBeta1,
+      adamBeta2: config.trainer.adamBeta2,
+      microBatchTokens: config.trainer.microBatchTokens,
+    },
+  });
+  try {
+    const lossBefore = maskedLoss(policy, sequences, masks);
+    const random = seededRandomFrom(seed, "sft-batches");
+    const losses: number[] = [];
+    let trainedTokens = 0;
+    const trainStart = Date.now();
+    for (let step = 1; step <= options.steps; step++) {
+      const rows = Array.from({ length: Math.min(options.batchSize, sequences.length) }, () =>
+        Math.floor(random() * sequences.length),
+      );
+      const batch = rows.map((r) => sequences[r] as Int32Array);
+      const batchMasks = rows.map((r) => masks[r] as Float32Array);
+      const maskedTokens = batchMasks.reduce((sum, m) => sum + m.reduce((a, b) => a + b, 0), 0);
+      const { loss } = policy.trainStep(batch, 1, (logp, microRows) =>
+        negativeLogLikelihood(logp, microRows, batchMasks, maskedTokens),
+      );
+      trainedTokens += batch.reduce((sum, s) => sum + s.length, 0);
+      losses.push(loss);
+      options.onStep?.(step, loss);
+      if (step % 10 === 0 || step === options.steps) log.info({ step, loss }, "sft step");
+    }
+    const trainSeconds = Math.max(1e-3, (Date.now() - trainStart) / 1000);
+    const lossAfter = maskedLoss(policy, sequences, masks);
+    const trainTokensPerSecond = trainedTokens / trainSeconds;
+    const metrics: Record<string, number> = {
+      "sft/loss_before": lossBefore,
+      "sft/loss_after": lossAfter,
+      "sft/steps": options.steps,
+      "sft/traces": sequences.length,
+      "sft/train_tokens_per_s": trainTokensPerSecond,
+      "sft/seed": seed,
+    };
+    const version = options.version ?? 0;
+    const manifest = await saveCheckpoint(options.store, policy, {
+      version,
+      step: 0,
+      parent: null,
+      metrics,
+      tokenizerJson: codec.tokenizer.toText(),
+    });
+    await options.store.put(
+      `sft/v${version}.json`,
+      JSON.stringify(
+        {
+          recipe: options.recipe ?? null,
+          seed,
+          tasks: traceStats,
+          episodesPerTask: options.episodesPerTask,
+          steps: options.steps,
+          batchSize: options.batchSize,
+          learningRate: options.learningRate,
+          model,
+          losses,
+          metrics,
+        },
+        null,
+        2,
+      ),
+    );
+    return {
+      manifest,
+      traces: traceStats,
+      losses,
+      lossBefore,
+      lossAfter,
+      trainTokensPerSecond,
+      vocabularyUsed: codec.tokenizer.size,
+    };
+  } finally {
+    policy.dispose();
+  }
+}
+
+/**
+ * Mean negative log-likelihood of assistant tokens for one micro-batch, divided by the whole
+ * batch's assistant-token count so micro-batch gradients add up to the batch mean.
+ * logp: [b, T] (row b is sequence rows[b], padded with 0).
+ */
+function negativeLogLikelihood(
+  logp: tf.Tensor2D,
+  rows: readonly number[],
+  masks: readonly Float32Array[],
+  maskedTokens: number,
+): tf.Scalar {
+  const [b, width] = logp.shape;
+  const mask = new Float32Array(b * width);
+  rows.forEach((r, i) => {
+    mask.set(masks[r] as Float32Array, i * width);
+  });
+  // No tidy here: trainStep's variableGrads owns these intermediates (the backward pass needs them).
+  return tf.div(tf.neg(tf.sum(tf.mul(logp, tf.tensor2d(mask, [b, width])))), maskedTokens);
+}
+
+/** Mean NLL per assistant token over all sequences (temperature 1). */
+function maskedLoss(
+  policy: { logProbs(s: readonly Int32Array[], t: number): Float32Array[] },
+  sequences: readonly Int32Array[],
+  masks: readonly Float32Array[],
+): number {
+  const logps = policy.logProbs(sequences, 1);
+  let total = 0;
+  let count = 0;
+  logps.forEach((lp, i) => {
+    const mask = masks[i] as Float32Array;
+    for (let t = 0; t < lp.length; t++) {
+      total -= (lp[t] as number) * (mask[t] as number);
+      count += mask[t] as number;
+    }
+  });
+  return total / Math.max(1, count);
+}
