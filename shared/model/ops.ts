@@ -108,9 +108,9 @@ function customOp<T extends tf.Tensor>(inputs: tf.Tensor[], forward: Forward<T>)
 /** Embedding rows for `ids` ([N] → [N, d]); the gradient scatter-adds rows in JS. */
 export function embed(table: tf.Tensor2D, ids: Int32Array): tf.Tensor2D {
   const [vocab, width] = table.shape;
-  return customOp([table], () => {
+  return customOp([table], function embedForward() {
     const value = tf.tidy(() => tf.gather(table, tf.tensor1d(ids, "int32"))) as tf.Tensor2D;
-    const gradFunc = (dy: tf.Tensor) => {
+    const gradFunc = function backward(dy: tf.Tensor) {
       const g = data(dy);
       const out = new Float32Array(vocab * width);
       for (let n = 0; n < ids.length; n++) {
@@ -126,7 +126,7 @@ export function embed(table: tf.Tensor2D, ids: Int32Array): tf.Tensor2D {
 
 /** x·W with a gradient that transposes explicitly (matMul's transposeA/B is 10–20× slower on wasm). */
 export function linear(x: tf.Tensor2D, w: tf.Tensor2D): tf.Tensor2D {
-  return customOp([x, w], (save) => {
+  return customOp([x, w], function linearForward(save) {
     save([x, w]);
     const value = tf.matMul(x, w) as tf.Tensor2D;
     const gradFunc = (dy: tf.Tensor, saved: tf.Tensor[]) => {
@@ -161,11 +161,11 @@ export function rmsNormForward(
 /** RMSNorm with learned gain, [N, d] → [N, d]. */
 export function rmsNorm(x: tf.Tensor2D, gain: tf.Tensor1D, eps: number): tf.Tensor2D {
   const [rows, width] = x.shape;
-  return customOp([x, gain], () => {
+  return customOp([x, gain], function rmsNormOpForward() {
     const xd = data(x);
     const gd = data(gain);
     const value = tf.tensor2d(rmsNormForward(xd, gd, rows, width, eps), [rows, width]);
-    const gradFunc = (dy: tf.Tensor) => {
+    const gradFunc = function backward(dy: tf.Tensor) {
       const dyd = data(dy);
       const dx = new Float32Array(rows * width);
       const dg = new Float64Array(width);
@@ -206,10 +206,10 @@ export function swigluForward(gu: Float32Array, rows: number, hidden: number): F
 export function swiglu(gateUp: tf.Tensor2D): tf.Tensor2D {
   const [rows, width] = gateUp.shape;
   const hidden = width / 2;
-  return customOp([gateUp], () => {
+  return customOp([gateUp], function swigluOpForward() {
     const gu = data(gateUp);
     const value = tf.tensor2d(swigluForward(gu, rows, hidden), [rows, hidden]);
-    const gradFunc = (dy: tf.Tensor) => {
+    const gradFunc = function backward(dy: tf.Tensor) {
       const dyd = data(dy);
       const dgu = new Float32Array(rows * width);
       for (let n = 0; n < rows; n++) {
@@ -321,21 +321,15 @@ export function attentionForward(
   return { out, roped, probs };
 }
 
-function transposed(m: Float32Array, rows: number, cols: number): Float32Array {
-  const t = new Float32Array(rows * cols);
-  for (let i = 0; i < rows; i++) for (let j = 0; j < cols; j++) t[j * rows + i] = m[i * cols + j]!;
-  return t;
-}
-
 /** Packed causal GQA with rotary positions: fused q|k|v [N, qkvWidth] → [N, heads·headDim]. */
 export function attention(qkv: tf.Tensor2D, seqLens: readonly number[], dims: Dims, rope: RotaryTable): tf.Tensor2D {
   const { heads, kvHeads, headDim: hd, qkvWidth: C } = dims;
   const rep = heads / kvHeads;
   const rows = qkv.shape[0];
-  return customOp([qkv], () => {
+  return customOp([qkv], function attentionOpForward() {
     const fwd = attentionForward(data(qkv), seqLens, dims, rope, true);
     const value = tf.tensor2d(fwd.out, [rows, heads * hd]);
-    const gradFunc = (dy: tf.Tensor) => {
+    const gradFunc = function backward(dy: tf.Tensor) {
       const dOut = data(dy);
       const { roped, probs } = fwd;
       const dRoped = new Float32Array(rows * C);
@@ -345,19 +339,26 @@ export function attention(qkv: tf.Tensor2D, seqLens: readonly number[], dims: Di
       for (const L of seqLens) {
         for (let g = 0; g < kvHeads; g++) {
           const p = probs[block++]!;
-          const qs = new Float32Array(rep * L * hd);
+          const R = rep * L;
+          // Transposes of the small [R, hd] operands are built here so that no [R, L] matrix
+          // needs one: dVᵀ = dOᵀ·P and dKᵀ = Qsᵀ·dS.
+          const qsT = new Float32Array(hd * R);
           const k = new Float32Array(L * hd);
           const vt = new Float32Array(hd * L);
-          const dO = new Float32Array(rep * L * hd);
+          const dO = new Float32Array(R * hd);
+          const dOt = new Float32Array(hd * R);
           const kCol = (heads + g) * hd;
           const vCol = (heads + kvHeads + g) * hd;
           for (let t = 0; t < L; t++) {
             const row = (offset + t) * C;
             for (let r = 0; r < rep; r++) {
               const qCol = (g * rep + r) * hd;
+              const rt = r * L + t;
               for (let i = 0; i < hd; i++) {
-                qs[(r * L + t) * hd + i] = roped[row + qCol + i]! * scale;
-                dO[(r * L + t) * hd + i] = dOut[(offset + t) * heads * hd + qCol + i]!;
+                qsT[i * R + rt] = roped[row + qCol + i]! * scale;
+                const d = dOut[(offset + t) * heads * hd + qCol + i]!;
+                dO[rt * hd + i] = d;
+                dOt[i * R + rt] = d;
               }
             }
             for (let i = 0; i < hd; i++) {
@@ -365,15 +366,11 @@ export function attention(qkv: tf.Tensor2D, seqLens: readonly number[], dims: Di
               vt[i * L + t] = roped[row + vCol + i]!;
             }
           }
-          const R = rep * L;
-          // dV = Pᵀ·dO, dP = dO·Vᵀ (both sum over the group's heads through the stacked rows).
-          const [dV, dP] = tidyRead(() => {
-            const dOt = tf.tensor2d(dO, [R, hd]);
-            return [
-              data(tf.matMul(tf.tensor2d(transposed(p, R, L), [L, R]), dOt)),
-              data(tf.matMul(dOt, tf.tensor2d(vt, [hd, L]))),
-            ];
-          });
+          // dV = Pᵀ·dO and dP = dO·Vᵀ (both sum over the group's heads through the stacked rows).
+          const [dVt, dP] = tidyRead(() => [
+            data(tf.matMul(tf.tensor2d(dOt, [hd, R]), tf.tensor2d(p, [R, L]))),
+            data(tf.matMul(tf.tensor2d(dO, [R, hd]), tf.tensor2d(vt, [hd, L]))),
+          ]);
           // Softmax backward: dS = P ⊙ (dP − rowsum(dP ⊙ P)).
           const dS = new Float32Array(R * L);
           for (let i = 0; i < R; i++) {
@@ -381,10 +378,10 @@ export function attention(qkv: tf.Tensor2D, seqLens: readonly number[], dims: Di
             for (let j = 0; j < L; j++) dot += dP[i * L + j]! * p[i * L + j]!;
             for (let j = 0; j < L; j++) dS[i * L + j] = p[i * L + j]! * (dP[i * L + j]! - dot);
           }
-          const [dQs, dK] = tidyRead(() => [
-            data(tf.matMul(tf.tensor2d(dS, [R, L]), tf.tensor2d(k, [L, hd]))),
-            data(tf.matMul(tf.tensor2d(transposed(dS, R, L), [L, R]), tf.tensor2d(qs, [R, hd]))),
-          ]);
+          const [dQs, dKt] = tidyRead(() => {
+            const dSt = tf.tensor2d(dS, [R, L]);
+            return [data(tf.matMul(dSt, tf.tensor2d(k, [L, hd]))), data(tf.matMul(tf.tensor2d(qsT, [hd, R]), dSt))];
+          });
           for (let t = 0; t < L; t++) {
             const row = (offset + t) * C;
             for (let r = 0; r < rep; r++) {
@@ -392,8 +389,8 @@ export function attention(qkv: tf.Tensor2D, seqLens: readonly number[], dims: Di
               for (let i = 0; i < hd; i++) dRoped[row + qCol + i] = dQs[(r * L + t) * hd + i]! * scale;
             }
             for (let i = 0; i < hd; i++) {
-              dRoped[row + kCol + i] = dK[t * hd + i]!;
-              dRoped[row + vCol + i] = dV[t * hd + i]!;
+              dRoped[row + kCol + i] = dKt[i * L + t]!;
+              dRoped[row + vCol + i] = dVt[i * L + t]!;
             }
           }
         }
@@ -419,7 +416,7 @@ export function tokenLogProbs(
   temperature: number,
 ): tf.Tensor2D {
   const vocab = logits.shape[1];
-  return customOp([logits], () => {
+  return customOp([logits], function logProbForward() {
     const l = data(logits);
     const out = new Float32Array(source.length);
     // Row log-sum-exp per used cell, kept for the backward pass.
@@ -437,7 +434,7 @@ export function tokenLogProbs(
       out[c] = l[o + targets[c]!]! * invT - lse[c]!;
     }
     const value = tf.tensor2d(out, shape);
-    const gradFunc = (dy: tf.Tensor) => {
+    const gradFunc = function backward(dy: tf.Tensor) {
       const g = data(dy);
       const dl = new Float32Array(l.length);
       for (let c = 0; c < source.length; c++) {
