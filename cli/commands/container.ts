@@ -29,7 +29,7 @@ export function roleArgv(env: ContainerEnv, files: { configFile: string; sweepFi
   const config = ["--config", files.configFile];
   switch (env.AGENTRL_ROLE) {
     case "controller":
-      return ["controller", "--host", "0.0.0.0", "--port", String(env.AGENTRL_PORT)];
+      return ["controller", "--host", env.AGENTRL_HOST, "--port", String(env.AGENTRL_PORT)];
     case "env":
       return [
         "env",
@@ -38,12 +38,12 @@ export function roleArgv(env: ContainerEnv, files: { configFile: string; sweepFi
         "--controller",
         env.AGENTRL_CONTROLLER_URL,
         "--host",
-        "0.0.0.0",
+        env.AGENTRL_HOST,
         "--port",
         String(env.AGENTRL_PORT),
-        // Other tasks reach this one at its ENI address, not at 0.0.0.0.
+        // The controller calls the worker back at its own address, not at the bind address.
         "--address",
-        `http://${taskAddress()}:${env.AGENTRL_PORT}/api`,
+        `http://${env.AGENTRL_ADVERTISE_HOST ?? taskAddress()}:${env.AGENTRL_PORT}/api`,
       ];
     case "policy":
       return [
@@ -52,7 +52,7 @@ export function roleArgv(env: ContainerEnv, files: { configFile: string; sweepFi
         "--pool",
         env.AGENTRL_POLICY_POOL,
         "--host",
-        "0.0.0.0",
+        env.AGENTRL_HOST,
         "--port",
         String(env.AGENTRL_PORT),
         ...config,
@@ -69,13 +69,13 @@ export function roleArgv(env: ContainerEnv, files: { configFile: string; sweepFi
 }
 
 /**
- * Validates the container environment, writes the resolved experiment config (or sweep spec) to
- * a file and runs the role as a child process, forwarding SIGTERM/SIGINT and its exit code.
+ * Validates the container environment and writes the resolved experiment config (or the sweep
+ * spec) to a temp file; returns the `agentrl` arguments that start the role.
  */
-export async function runContainer(
+export async function prepareContainer(
   rawEnv: NodeJS.ProcessEnv,
-  options: { print?: boolean; extraArgs?: readonly string[]; readS3Text?: ReadS3Text } = {},
-): Promise<number> {
+  options: { extraArgs?: readonly string[]; readS3Text?: ReadS3Text } = {},
+): Promise<{ env: ContainerEnv; argv: string[] }> {
   const env = parseContainerEnv(rawEnv);
   const dir = await mkdtemp(join(tmpdir(), `agentrl-${env.AGENTRL_ROLE}-`));
   const configFile = join(dir, "config.json");
@@ -88,7 +88,18 @@ export async function runContainer(
     });
     await writeFile(configFile, JSON.stringify(config, null, 2));
   }
-  const argv = [...roleArgv(env, { configFile, sweepFile }), ...(options.extraArgs ?? [])];
+  return { env, argv: [...roleArgv(env, { configFile, sweepFile }), ...(options.extraArgs ?? [])] };
+}
+
+/**
+ * Runs the role prepared by {@link prepareContainer} as a child process, forwarding SIGTERM and
+ * SIGINT, and resolves with its exit code.
+ */
+export async function runContainer(
+  rawEnv: NodeJS.ProcessEnv,
+  options: { print?: boolean; extraArgs?: readonly string[]; readS3Text?: ReadS3Text } = {},
+): Promise<number> {
+  const { env, argv } = await prepareContainer(rawEnv, options);
   if (options.print) {
     process.stdout.write(`${JSON.stringify({ role: env.AGENTRL_ROLE, argv })}\n`);
     return 0;

@@ -51,6 +51,9 @@ const resources = {
   AGENTRL_AWS_ENDPOINT: httpUrl.optional(),
 };
 
+/** Interface servers bind to; tasks need 0.0.0.0 (their ENI), local runs and tests 127.0.0.1. */
+const host = z.string().trim().min(1, "must not be empty").default("0.0.0.0");
+
 const pipelineRole = <R extends ContainerRole, S extends z.ZodRawShape>(role: R, shape: S) =>
   z.object({ AGENTRL_ROLE: z.literal(role), ...configSource, ...resources, ...shape });
 
@@ -58,16 +61,20 @@ const pipelineRole = <R extends ContainerRole, S extends z.ZodRawShape>(role: R,
 export const ContainerEnv = z.discriminatedUnion(
   "AGENTRL_ROLE",
   [
-    pipelineRole("controller", { AGENTRL_PORT: port.default(5020) }),
+    pipelineRole("controller", { AGENTRL_PORT: port.default(5020), AGENTRL_HOST: host }),
     pipelineRole("env", {
       /** Task this worker serves; must be in the config's task mix. */
       AGENTRL_TASK: nonEmpty,
       AGENTRL_CONTROLLER_URL: httpUrl,
       AGENTRL_PORT: port.default(5021),
+      AGENTRL_HOST: host,
+      /** Host the controller calls this worker back at. @default the task's own IPv4 address (its ENI in awsvpc mode) */
+      AGENTRL_ADVERTISE_HOST: nonEmpty.optional(),
     }),
     pipelineRole("policy", {
       AGENTRL_POLICY_POOL: z.enum(["current", "stale"], { error: "must be current or stale" }),
       AGENTRL_PORT: port.default(8000),
+      AGENTRL_HOST: host,
     }),
     pipelineRole("trainer", {}),
     pipelineRole("feeder", {}),

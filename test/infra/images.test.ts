@@ -1,0 +1,229 @@
+import { type ChildProcess, spawn } from "node:child_process";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { CONTAINER_COMMAND } from "../../infra/constructs/roleService.ts";
+import { CONTAINER_ROLES } from "../../shared/config/containerEnv.ts";
+import { freePort } from "../support/moto.ts";
+import { REPOSITORY_ROOT } from "./synth.ts";
+
+/** The CMD (exec form) and the roles label of a Dockerfile's final stage. */
+function parseDockerfile(file: string): { cmd: string[]; roles: string[] } {
+  const text = readFileSync(join(REPOSITORY_ROOT, file), "utf8");
+  const cmds = [...text.matchAll(/^CMD\s+(\[.*\])\s*$/gm)];
+  const last = cmds[cmds.length - 1];
+  if (!last?.[1]) throw new Error(`${file} has no exec-form CMD`);
+  const roles = /^LABEL\s+org\.agentrl\.roles="([^"]*)"/m.exec(text)?.[1]?.split(/\s+/) ?? [];
+  return { cmd: JSON.parse(last[1]) as string[], roles };
+}
+
+const CORE_IMAGES = ["functions/Dockerfile", "trainer-image/Dockerfile"];
+const envImages = readdirSync(join(REPOSITORY_ROOT, "env-images"), { withFileTypes: true })
+  .filter((entry) => entry.isDirectory() && existsSync(join(REPOSITORY_ROOT, "env-images", entry.name, "Dockerfile")))
+  .map((entry) => `env-images/${entry.name}/Dockerfile`);
+
+const resources = {
+  AGENTRL_QUEUE_PREFIX: "imgtest",
+  AGENTRL_TRAJECTORY_BUCKET: "imgtest-trajectories",
+  AGENTRL_CHECKPOINT_BUCKET: "imgtest-checkpoints",
+  AGENTRL_CONFIG_JSON: JSON.stringify({ tasks: { mix: [{ name: "example" }] } }),
+  AGENTRL_LOG_LEVEL: "warn",
+};
+
+const children: ChildProcess[] = [];
+afterAll(async () => {
+  await Promise.all(
+    children.map(
+      (child) =>
+        new Promise<void>((resolve) => {
+          if (child.exitCode !== null || child.signalCode !== null) return resolve();
+          child.once("exit", () => resolve());
+          child.kill("SIGTERM");
+          setTimeout(() => {
+            child.kill("SIGKILL");
+            resolve();
+          }, 5000).unref();
+        }),
+    ),
+  );
+});
+
+/** Runs an image's CMD here under plain node and resolves with the first stdout line matching `ready`. */
+function startCmd(cmd: string[], env: Record<string, string>, extraArgs: string[], ready: RegExp): Promise<string> {
+  const [command, ...args] = cmd;
+  const child = spawn(command === "node" ? process.execPath : (command as string), [...args, ...extraArgs], {
+    cwd: REPOSITORY_ROOT,
+    env: { ...process.env, ...env },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  children.push(child);
+  let stdout = "";
+  let stderr = "";
+  return new Promise((resolve, reject) => {
+    child.stdout?.on("data", (chunk: Buffer) => {
+      stdout += chunk.toString();
+      const line = stdout.split("\n").find((l) => ready.test(l));
+      if (line) resolve(line);
+    });
+    child.stderr?.on("data", (chunk: Buffer) => {
+      stderr += chunk.toString();
+    });
+    child.once("exit", (code) => reject(new Error(`${cmd.join(" ")} exited ${code} before ready: ${stderr}${stdout}`)));
+  });
+}
+
+/** Runs an image's CMD to completion (asynchronously, so several can run side by side). */
+function runCmd(
+  cmd: string[],
+  env: Record<string, string>,
+  extraArgs: string[],
+): Promise<{ status: number | null; stdout: string; stderr: string }> {
+  const [command, ...args] = cmd;
+  const child = spawn(command === "node" ? process.execPath : (command as string), [...args, ...extraArgs], {
+    cwd: REPOSITORY_ROOT,
+    env: { ...process.env, ...env },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  children.push(child);
+  let stdout = "";
+  let stderr = "";
+  child.stdout?.on("data", (chunk: Buffer) => {
+    stdout += chunk.toString();
+  });
+  child.stderr?.on("data", (chunk: Buffer) => {
+    stderr += chunk.toString();
+  });
+  return new Promise((resolve) => child.once("exit", (status) => resolve({ status, stdout, stderr })));
+}
+
+describe("images", () => {
+  it("the core images exist, start the launcher that infra runs, and together serve every role", () => {
+    const served = new Set<string>();
+    for (const file of CORE_IMAGES) {
+      expect(existsSync(join(REPOSITORY_ROOT, file)), file).toBe(true);
+      const { cmd, roles } = parseDockerfile(file);
+      expect(cmd, file).toEqual(CONTAINER_COMMAND);
+      expect(existsSync(join(REPOSITORY_ROOT, cmd[1] as string)), `${file}: ${cmd[1]}`).toBe(true);
+      for (const role of roles) {
+        expect(CONTAINER_ROLES as readonly string[], `${file} label`).toContain(role);
+        served.add(role);
+      }
+    }
+    expect([...served].sort()).toEqual([...CONTAINER_ROLES].sort());
+    expect(readFileSync(join(REPOSITORY_ROOT, "trainer-image/Dockerfile"), "utf8")).toMatch(
+      /npm install --no-save[^\n]*@tensorflow\/tfjs-node-gpu/,
+    );
+  });
+
+  it("a bad or missing variable stops a container with a message naming it", async () => {
+    const { cmd } = parseDockerfile("functions/Dockerfile");
+    const [missing, bad] = await Promise.all([
+      runCmd(cmd, { ...resources, AGENTRL_ROLE: "env", AGENTRL_CONTROLLER_URL: "http://127.0.0.1:1" }, []),
+      runCmd(cmd, { ...resources, AGENTRL_ROLE: "controller", AGENTRL_PORT: "http" }, []),
+    ]);
+    expect(missing.status).toBe(2);
+    expect(missing.stderr).toMatch(/invalid container environment: AGENTRL_TASK/);
+    expect(bad.status).toBe(2);
+    expect(bad.stderr).toMatch(/AGENTRL_PORT: must be a port number/);
+  });
+
+  it("functions image: the controller and an env worker start from the typed environment and find each other", async () => {
+    const { cmd } = parseDockerfile("functions/Dockerfile");
+    const controllerPort = await freePort();
+    const line = await startCmd(
+      cmd,
+      { ...resources, AGENTRL_ROLE: "controller", AGENTRL_HOST: "127.0.0.1", AGENTRL_PORT: String(controllerPort) },
+      [],
+      /"event":"listening"/,
+    );
+    const controllerUrl = (JSON.parse(line) as { url: string }).url;
+    expect(controllerUrl).toContain(String(controllerPort));
+    await startCmd(
+      cmd,
+      {
+        ...resources,
+        AGENTRL_ROLE: "env",
+        AGENTRL_TASK: "example",
+        AGENTRL_CONTROLLER_URL: `http://127.0.0.1:${controllerPort}`,
+        AGENTRL_HOST: "127.0.0.1",
+        AGENTRL_ADVERTISE_HOST: "127.0.0.1",
+        AGENTRL_PORT: String(await freePort()),
+      },
+      [],
+      /"event":"listening"/,
+    );
+    let workers = "";
+    for (let i = 0; i < 100 && !workers.includes("example"); i++) {
+      workers = await (await fetch(`http://127.0.0.1:${controllerPort}/api/list_workers`)).text();
+      if (!workers.includes("example")) await new Promise((r) => setTimeout(r, 200));
+    }
+    expect(workers).toContain("example");
+  });
+
+  it("the sweep runner, policy servers, trainer, feeder and rollout workers start from their environment", async () => {
+    const sweep = JSON.stringify({ name: "img", grid: { "trainer.learningRate": [0.001, 0.002] } });
+    const extra: Record<string, Record<string, string>> = {
+      policy: { AGENTRL_POLICY_POOL: "stale" },
+      trainer: {},
+      feeder: {},
+      rollout: {
+        AGENTRL_CONTROLLER_URL: "http://127.0.0.1:1",
+        AGENTRL_POLICY_CURRENT_URL: "http://127.0.0.1:2",
+        AGENTRL_POLICY_STALE_URL: "http://127.0.0.1:3",
+      },
+    };
+    const imageOf = (role: string) =>
+      role === "policy" || role === "trainer" ? "trainer-image/Dockerfile" : "functions/Dockerfile";
+    const runs = await Promise.all([
+      runCmd(parseDockerfile("functions/Dockerfile").cmd, { AGENTRL_ROLE: "sweep", AGENTRL_SWEEP_JSON: sweep }, [
+        "--",
+        "--dry-run",
+      ]),
+      // `--help` after the role's own arguments: the subcommand and every flag the launcher passes must exist.
+      ...Object.entries(extra).map(([role, env]) => {
+        const { cmd, roles } = parseDockerfile(imageOf(role));
+        expect(roles).toContain(role);
+        return runCmd(cmd, { ...resources, ...env, AGENTRL_ROLE: role }, ["--", "--help"]);
+      }),
+    ]);
+    const [sweepRun, ...roleRuns] = runs;
+    expect(sweepRun?.stderr).toBe("");
+    expect(sweepRun?.stdout).toContain("sweep img: 2 experiments");
+    Object.keys(extra).forEach((role, i) => {
+      const run = roleRuns[i];
+      expect(run?.stdout, `${role}: ${run?.stderr}`).toMatch(new RegExp(`Usage: agentrl ${role} `));
+      expect(run?.status, role).toBe(0);
+      expect(run?.stdout, role).toContain("--config");
+    });
+  });
+
+  it("env images: each CMD serves its task and registers with a controller", async () => {
+    const controllerPort = await freePort();
+    await startCmd(
+      ["node", "bin/agentrl.mjs", "controller"],
+      {},
+      ["--host", "127.0.0.1", "--port", String(controllerPort)],
+      /"event":"listening"/,
+    );
+    const tasks = envImages.map((file) => file.split("/")[1] as string);
+    await Promise.all(
+      envImages.map(async (file, i) => {
+        const { cmd } = parseDockerfile(file);
+        expect(cmd.slice(-3)).toEqual(["env", "serve", tasks[i]]);
+        const line = await startCmd(
+          cmd,
+          {},
+          ["--controller", `http://127.0.0.1:${controllerPort}`, "--host", "127.0.0.1", "--port", "0"],
+          /"event":"listening"/,
+        );
+        expect(line).toContain(`"task":"${tasks[i]}"`);
+      }),
+    );
+    let workers = "";
+    for (let attempt = 0; attempt < 100 && !tasks.every((task) => workers.includes(`"${task}"`)); attempt++) {
+      workers = await (await fetch(`http://127.0.0.1:${controllerPort}/api/list_workers`)).text();
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    for (const task of tasks) expect(workers).toContain(`"${task}"`);
+  });
+});
