@@ -1,0 +1,82 @@
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { taskModule as example } from "../../env-images/example/index.ts";
+import { ChatCodec } from "../../shared/chat/index.ts";
+import { parseConfig } from "../../shared/config/index.ts";
+import { createLogger } from "../../shared/log.ts";
+import { loadCheckpoint } from "../../shared/model/checkpoint.ts";
+import { initBackend } from "../../shared/model/index.ts";
+import { LocalObjectStore } from "../../shared/transport/local.ts";
+import { collectExpertTraces, runSft, type SftResult } from "../../trainer-image/sft/sft.ts";
+
+const config = parseConfig({
+  policy: {
+    backend: "wasm",
+    model: { vocabSize: 400, dModel: 16, layers: 1, heads: 2, kvHeads: 1, ffnHidden: 32, contextLength: 1024 },
+  },
+  rollout: { maxTotalTokens: 1024, maxTokensPerTurn: 64 },
+});
+const log = createLogger({ role: "test" });
+
+describe("sft warm-up", () => {
+  let dir: string;
+  const run = (name: string, seed: number): Promise<SftResult> =>
+    runSft({
+      config,
+      tasks: [example],
+      episodesPerTask: 4,
+      steps: 5,
+      seed,
+      batchSize: 3,
+      learningRate: 1e-2,
+      store: new LocalObjectStore(join(dir, name)),
+      log,
+      recipe: "test",
+    });
+
+  beforeAll(async () => {
+    await initBackend("wasm");
+    dir = await mkdtemp(join(tmpdir(), "sft-"));
+  });
+  afterAll(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it("collects the same expert episodes for the same seed, and only successful ones", async () => {
+    const a = await collectExpertTraces([example], 5, 11);
+    const b = await collectExpertTraces([example], 5, 11);
+    const c = await collectExpertTraces([example], 5, 12);
+    expect(a.traces.map((t) => t.index)).toEqual(b.traces.map((t) => t.index));
+    expect(a.traces.map((t) => t.index)).not.toEqual(c.traces.map((t) => t.index));
+    expect(a.stats.get("example")).toEqual({ episodes: 5, kept: a.traces.length });
+    for (const trace of a.traces) expect(trace.messages.some((m) => m.role === "assistant")).toBe(true);
+  });
+
+  it("lowers the assistant-token loss, writes a loadable v0 with its tokenizer, and is reproducible from the seed", async () => {
+    const first = await run("a", 5);
+    expect(first.lossAfter).toBeLessThan(first.lossBefore);
+    expect(first.losses).toHaveLength(5);
+    expect(first.manifest).toMatchObject({ version: 0, parent: null });
+    expect(first.manifest.metrics["sft/loss_after"]).toBeCloseTo(first.lossAfter, 6);
+
+    const store = new LocalObjectStore(join(dir, "a"));
+    const loaded = await loadCheckpoint(store, "newest");
+    expect(loaded.config).toEqual(config.policy.model);
+    const codec = ChatCodec.fromTokenizerJson(JSON.parse(loaded.tokenizerJson));
+    expect(codec.tokenizer.size).toBeLessThanOrEqual(config.policy.model.vocabSize);
+    expect(codec.decode(codec.encode("take_action"))).toBe("take_action");
+    loaded.policy.dispose();
+    const recipe = JSON.parse((await store.getText("sft/v0.json")) ?? "{}") as { recipe: string; losses: number[] };
+    expect(recipe.recipe).toBe("test");
+    expect(recipe.losses).toEqual(first.losses);
+
+    const weights = (r: SftResult) => r.manifest.files.find((f) => f.name === "weights.safetensors")?.sha256;
+    const again = await run("b", 5);
+    expect(weights(again)).toBe(weights(first));
+    expect(again.losses).toEqual(first.losses);
+    const other = await run("c", 6);
+    expect(weights(other)).not.toBe(weights(first));
+  });
+});
