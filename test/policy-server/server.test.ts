@@ -211,6 +211,25 @@ describe("policy server", () => {
     expect(health.policyVersion).toBe(1);
   });
 
+  it("frees the slot of a request whose client went away", async () => {
+    const { url, server } = await start([]);
+    const controller = new AbortController();
+    const pending = fetch(`${url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ messages, max_tokens: 100_000 }),
+      signal: controller.signal,
+    }).catch((error: unknown) => error);
+    while (server.scheduler.stats().active === 0) await new Promise((resolve) => setTimeout(resolve, 5));
+    controller.abort();
+    expect(await pending).toBeInstanceOf(Error);
+    const deadline = Date.now() + 5_000;
+    while (server.scheduler.stats().active > 0 && Date.now() < deadline)
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    expect(server.scheduler.stats()).toMatchObject({ active: 0, failed: 1 });
+    expect(server.scheduler.stats().generatedTokens).toBeLessThan(CONTEXT);
+  });
+
   it("fails requests cleanly when the server shuts down mid-generation", async () => {
     const { server, url } = await start([]);
     const pending = post(url, { messages, max_tokens: 400 }).catch((error: unknown) => error);
