@@ -1,4 +1,4 @@
-import { Stack, type StackProps } from "aws-cdk-lib";
+import { CfnOutput, Stack, type StackProps } from "aws-cdk-lib";
 import type * as s3 from "aws-cdk-lib/aws-s3";
 import type { Construct } from "constructs";
 import { Stores, type StoresProps } from "../constructs/stores.ts";
@@ -23,5 +23,8 @@ export class StoresStack extends Stack {
     const stores = new Stores(this, "Stores", props.stores);
     this.trajectoryBucket = stores.trajectoryBucket;
     this.checkpointBucket = stores.checkpointBucket;
+    // Generated names (bucket names are global): roles run outside ECS (LocalStack, a laptop) need them.
+    new CfnOutput(this, "TrajectoryBucketName", { value: this.trajectoryBucket.bucketName });
+    new CfnOutput(this, "CheckpointBucketName", { value: this.checkpointBucket.bucketName });
   }
 }

@@ -37,6 +37,7 @@ describe("stores + messaging stacks deployed into moto CloudFormation", () => {
   let sqs: SQSClient;
   let s3: S3Client;
   const resources = new Map<string, string>();
+  const outputs = new Map<string, string>();
 
   beforeAll(async () => {
     // One synth of just the two stateful stacks; no bootstrap rule (moto has no CDK bootstrap).
@@ -62,6 +63,8 @@ describe("stores + messaging stacks deployed into moto CloudFormation", () => {
       await cfn.send(new CreateStackCommand({ StackName: name, TemplateBody: JSON.stringify(template) }));
       const described = await cfn.send(new DescribeStacksCommand({ StackName: name }));
       expect(described.Stacks?.[0]?.StackStatus).toBe("CREATE_COMPLETE");
+      for (const output of described.Stacks?.[0]?.Outputs ?? [])
+        if (output.OutputKey && output.OutputValue) outputs.set(output.OutputKey, output.OutputValue);
       const created = await cfn.send(new DescribeStackResourcesCommand({ StackName: name }));
       for (const resource of created.StackResources ?? [])
         if (resource.LogicalResourceId && resource.PhysicalResourceId)
@@ -120,6 +123,8 @@ describe("stores + messaging stacks deployed into moto CloudFormation", () => {
 
   it("puts and gets a trajectory object in the deployed trajectory bucket", async () => {
     const bucket = physicalId("StoresTrajectories");
+    // The stack output names the same bucket (what `cdklocal deploy` users read).
+    expect(outputs.get("TrajectoryBucketName")).toBe(bucket);
     const key = "trajectories/motoexp/g1/t1.json";
     const body = JSON.stringify({ trajectoryId: "t1", reward: 1 });
     await s3.send(new PutObjectCommand({ Bucket: bucket, Key: key, Body: body }));
