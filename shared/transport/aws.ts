@@ -352,7 +352,8 @@ export class AwsObjectStore implements ObjectStore {
   /**
    * S3 conditional write (`If-None-Match: *`): S3 (and moto 5.2.1) answer 412 when the key
    * exists. A 409 means a concurrent conditional write to the same key was in progress: retry,
-   * and the next attempt sees the winner's object.
+   * and the next attempt sees the winner's object. S3 makes the check and the write one atomic
+   * step; moto 5.2.1 checks then writes without a lock, so on moto two racing calls can both win.
    */
   async putIfAbsent(key: string, body: Uint8Array | string): Promise<boolean> {
     assertValidObjectKey(key);

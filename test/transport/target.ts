@@ -17,6 +17,13 @@ export interface TransportTarget {
    * delete, so the suite checks this only where it is promised.
    */
   readonly perDeliveryReceipts: boolean;
+  /**
+   * Concurrent putIfAbsent calls on one key have exactly one winner. True for local (link()) and
+   * for S3 (`If-None-Match: *`); false for moto 5.2.1, whose server checks for the key and then
+   * writes without a lock, so two racing requests can both succeed (measured: 1 round in 60 of 12
+   * racing writers). The suite then checks only that a winner's body is what stays.
+   */
+  readonly atomicPutIfAbsent: boolean;
   /** A fresh isolated config; `overrides` set maxReceiveCount, visibility etc. */
   freshConfig(overrides?: Partial<TransportConfig>): Promise<TransportConfig>;
   /** Removes what freshConfig made (temp folders). */
@@ -29,6 +36,7 @@ export function localTarget(): TransportTarget {
   return {
     kind: "local",
     perDeliveryReceipts: true,
+    atomicPutIfAbsent: true,
     async freshConfig(overrides = {}) {
       const dir = await mkdtemp(join(tmpdir(), "agentrl-transport-"));
       dirs.push(dir);
@@ -47,6 +55,7 @@ export function awsTarget(endpoint: () => string): TransportTarget {
   return {
     kind: "aws",
     perDeliveryReceipts: false,
+    atomicPutIfAbsent: false,
     async freshConfig(overrides = {}) {
       const unique = `t${process.pid}-${++awsCounter}-${Math.random().toString(36).slice(2, 8)}`;
       return TransportConfig.parse({
