@@ -34,7 +34,7 @@ export class ModelInputError extends AgentRlError {
 
 /**
  * Parameter names and shapes, in checkpoint order. Matrices are stored [in, out] (x·W), the
- * q|k|v and gate|up projections fused: `layers.{i}.attn.wqkv` is [d, (heads + 2·kvHeads)·headDim].
+ * q|k|v projections fused: `layers.{i}.attn.wqkv` is [d, (heads + 2·kvHeads)·headDim].
  */
 export function parameterShapes(config: ModelConfig): Array<{ name: string; shape: number[] }> {
   const d = config.dModel;
@@ -46,7 +46,8 @@ export function parameterShapes(config: ModelConfig): Array<{ name: string; shap
       { name: `layers.${i}.attn.wqkv`, shape: [d, (config.heads + 2 * config.kvHeads) * hd] },
       { name: `layers.${i}.attn.wo`, shape: [config.heads * hd, d] },
       { name: `layers.${i}.ffn_norm`, shape: [d] },
-      { name: `layers.${i}.ffn.w_gate_up`, shape: [d, 2 * config.ffnHidden] },
+      { name: `layers.${i}.ffn.w_gate`, shape: [d, config.ffnHidden] },
+      { name: `layers.${i}.ffn.w_up`, shape: [d, config.ffnHidden] },
       { name: `layers.${i}.ffn.w_down`, shape: [config.ffnHidden, d] },
     );
   }
@@ -89,7 +90,8 @@ interface LayerParams {
   wqkv: tf.Variable;
   wo: tf.Variable;
   ffnNorm: tf.Variable;
-  wGateUp: tf.Variable;
+  wGate: tf.Variable;
+  wUp: tf.Variable;
   wDown: tf.Variable;
 }
 
@@ -162,7 +164,8 @@ export class TransformerPolicy implements InferencePolicy, TrainablePolicy {
       wqkv: p(`layers.${i}.attn.wqkv`),
       wo: p(`layers.${i}.attn.wo`),
       ffnNorm: p(`layers.${i}.ffn_norm`),
-      wGateUp: p(`layers.${i}.ffn.w_gate_up`),
+      wGate: p(`layers.${i}.ffn.w_gate`),
+      wUp: p(`layers.${i}.ffn.w_up`),
       wDown: p(`layers.${i}.ffn.w_down`),
     }));
   }
@@ -175,8 +178,9 @@ export class TransformerPolicy implements InferencePolicy, TrainablePolicy {
       const l = this.layerParams[i]!;
       const qkv = linear(rmsNorm(x, l.attnNorm as tf.Tensor1D, eps), l.wqkv as tf.Tensor2D);
       x = tf.add(x, linear(attend(i, qkv), l.wo as tf.Tensor2D));
-      const gateUp = linear(rmsNorm(x, l.ffnNorm as tf.Tensor1D, eps), l.wGateUp as tf.Tensor2D);
-      x = tf.add(x, linear(swiglu(gateUp), l.wDown as tf.Tensor2D));
+      const h = rmsNorm(x, l.ffnNorm as tf.Tensor1D, eps);
+      const ffn = swiglu(linear(h, l.wGate as tf.Tensor2D), linear(h, l.wUp as tf.Tensor2D));
+      x = tf.add(x, linear(ffn, l.wDown as tf.Tensor2D));
     }
     return rmsNorm(x, this.finalNorm as tf.Tensor1D, eps);
   }
