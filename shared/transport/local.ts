@@ -141,8 +141,8 @@ export class LocalQueue implements Queue {
     this.anyReady = db.prepare<[string, number], { one: number }>(
       "SELECT 1 AS one FROM messages WHERE queue = ? AND visible_at <= ? LIMIT 1",
     );
-    this.selectReady = db.prepare<[string, number, number], MessageRow>(
-      "SELECT seq, id, body, receive_count FROM messages WHERE queue = ? AND visible_at <= ? ORDER BY seq LIMIT ?",
+    this.selectReady = db.prepare<[string, number, number, number], MessageRow>(
+      "SELECT seq, id, body, receive_count FROM messages WHERE queue = ? AND visible_at <= ? AND seq > ? ORDER BY seq LIMIT ?",
     );
     this.markReceived = db.prepare<[number, string, number]>(
       "UPDATE messages SET visible_at = ?, receipt = ?, receive_count = receive_count + 1 WHERE seq = ?",
@@ -209,10 +209,14 @@ export class LocalQueue implements Queue {
       .transaction(() => {
         const now = Date.now();
         const out: ReceivedMessage[] = [];
+        // Walk forward by seq: a message taken with visibility 0 is visible again at once and must
+        // not be taken twice by the same receive.
+        let after = 0;
         for (;;) {
-          const rows = this.selectReady.all(this.name, now, maxMessages - out.length);
+          const rows = this.selectReady.all(this.name, now, after, maxMessages - out.length);
           if (rows.length === 0) return out;
           for (const row of rows) {
+            after = row.seq;
             if (row.receive_count >= this.options.maxReceiveCount) {
               // Deliveries ran out without a delete or a fail that dead-lettered it: consumers crashed or timed out.
               this.moveToDeadLetters.run({ seq: row.seq, reason: MAX_RECEIVE_COUNT_EXCEEDED, now });

@@ -167,6 +167,15 @@ export function registerTransportConformance(target: () => TransportTarget): voi
       expect(new Set(ids).size).toBe(5);
     });
 
+    it("one receive never returns the same message twice, even with visibility 0", async (context) => {
+      const { transport } = await open(context);
+      const queue = transport.queue("trajectories");
+      await queue.sendBatch(["x", "y"]);
+      const messages = await queue.receive({ maxMessages: 10, visibilityTimeoutSeconds: 0 });
+      expect(messages.map((m) => m.body).sort()).toEqual(["x", "y"]);
+      expect(messages.map((m) => m.receiveCount)).toEqual([1, 1]);
+    });
+
     it("approximateDepth counts visible and in-flight messages", async (context) => {
       const { transport } = await open(context);
       const queue = transport.queue("trajectories");
