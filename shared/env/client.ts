@@ -4,6 +4,7 @@ import {
   ErrorBody,
   InteractResponse,
   ListWorkersResponse,
+  type SampleStatus,
   SESSION_ID_HEADER,
   SessionIdHeader,
   StartSampleResponse,
@@ -247,6 +248,24 @@ export class ControllerClient {
       throw await errorFromResponse(path, result.response);
     }
   }
+}
+
+/**
+ * Whether a finished episode's status reflects the agent's behaviour and may be scored.
+ * `task error` (the environment's code failed), `cancelled` (we or the controller stopped it)
+ * and `unknown` are not the agent's doing: retry those with a fresh session, like an
+ * {@link EnvInfrastructureError}. Agent outcomes: `completed`, `agent context limit`,
+ * `agent validation failed`, `agent invalid action`, `task limit reached`.
+ * @example if (turn.finish && !isAgentOutcome(turn.status)) retryWithFreshSession();
+ */
+export function isAgentOutcome(status: SampleStatus): boolean {
+  return (
+    status === "completed" ||
+    status === "agent context limit" ||
+    status === "agent validation failed" ||
+    status === "agent invalid action" ||
+    status === "task limit reached"
+  );
 }
 
 /** Normalizes a controller URL to its `/api` base. */

@@ -6,6 +6,7 @@ import {
   EnvProtocolError,
   EnvSessionLostError,
   EnvUnavailableError,
+  isAgentOutcome,
 } from "../../shared/env/client.ts";
 import { freePort } from "../support/moto.ts";
 import { call } from "./helpers.ts";
@@ -115,5 +116,14 @@ describe("ControllerClient", () => {
     expect(error).toBeInstanceOf(EnvUnavailableError);
     expect(error).toMatchObject({ retryable: true });
     expect((error as Error).message).toMatch(/ECONNREFUSED/);
+  });
+
+  it("tells agent outcomes (scored) from environment-side endings (retried)", () => {
+    expect(isAgentOutcome("completed")).toBe(true);
+    expect(isAgentOutcome("agent invalid action")).toBe(true);
+    expect(isAgentOutcome("task limit reached")).toBe(true);
+    expect(isAgentOutcome("task error")).toBe(false);
+    expect(isAgentOutcome("cancelled")).toBe(false);
+    expect(isAgentOutcome("running")).toBe(false);
   });
 });
