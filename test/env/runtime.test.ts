@@ -130,7 +130,7 @@ describe("capacity and routing", () => {
   });
 
   it("stops routing to a worker whose heartbeat is stale (COMA) and revives it on the next heartbeat", async () => {
-    stack = await startStack([], { heartbeatTimeoutMs: 150 });
+    stack = await startStack([], { heartbeatTimeoutMs: 800 });
     // A worker without automatic heartbeats: we beat for it by hand.
     const silent = await serveTask(exampleTask, { concurrency: 2 });
     try {
@@ -156,7 +156,7 @@ describe("capacity and routing", () => {
 
 describe("session lifetime", () => {
   it("expires idle sessions on the worker and on the controller", async () => {
-    stack = await startStack([{ concurrency: 4, idleTimeoutMs: 150 }], { sessionIdleTimeoutMs: 200 });
+    stack = await startStack([{ concurrency: 4, idleTimeoutMs: 500 }], { sessionIdleTimeoutMs: 600 });
     const { client } = stack;
     const sample = await client.startSample("example", 2);
     expect(stack.workers[0]?.sessionCount).toBe(1);
@@ -194,7 +194,7 @@ describe("session lifetime", () => {
   });
 
   it("reconciles: sessions a worker holds that the controller does not know are cancelled", async () => {
-    stack = await startStack([{ concurrency: 4 }], { heartbeatTimeoutMs: 300, reconcileIntervalMs: 100 });
+    stack = await startStack([{ concurrency: 4 }], { reconcileIntervalMs: 100 });
     const worker = stack.workers[0];
     const orphan = await postJson(`${worker?.address}/start_sample`, { index: 7, session_id: 123 });
     expect(orphan.status).toBe(200);
