@@ -20,6 +20,13 @@ export const TrainerConfig = z
     /** Versions a token may lag the trainer's policy; tokens older than this are handled by `stalePolicy`. */
     maxStaleness: z.number().int().min(0).default(4).describe("staleness bound in policy versions"),
     stalePolicy: z.enum(["drop", "importance-weight"]).default("drop").describe("what to do past the bound"),
+    /**
+     * importance-weight only: tokens past the bound use the decoupled PPO objective (ratio against
+     * the trainer's pre-step log-probs) weighted by min(exp(pre-step - behaviour), cap).
+     */
+    importanceWeightCap: z.number().positive().default(2).describe("cap of the behaviour importance weight"),
+    /** An incomplete group older than this (a member dead-lettered) is dropped, counted and acknowledged. */
+    groupTimeoutSeconds: z.number().positive().default(900).describe("wait for a group's last member (s)"),
     microBatchTokens: z.number().int().min(64).default(4096).describe("tokens per gradient micro-batch"),
     warmupFactor: z.number().min(1).default(1.7).describe("first step waits for this many batches"),
     checkpointEvery: z.number().int().min(1).default(1).describe("publish a version every N steps"),

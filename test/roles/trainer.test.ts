@@ -1,0 +1,285 @@
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import * as tf from "@tensorflow/tfjs";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { type ExperimentConfigInput, parseConfig } from "../../shared/config/index.ts";
+import { listVersions } from "../../shared/model/checkpoint.ts";
+import { PolicyPublished, type TrajectoryReady } from "../../shared/protocol/messages.ts";
+import type { StepMetrics } from "../../shared/protocol/metrics.ts";
+import { createTransport } from "../../shared/transport/index.ts";
+import type { Queue, Transport } from "../../shared/transport/types.ts";
+import { importanceWeights, prepareBatch } from "../../trainer-image/trainer/batch.ts";
+import { GroupBuffer, groupsNeeded } from "../../trainer-image/trainer/buffer.ts";
+import { readLedger } from "../../trainer-image/trainer/ledger.ts";
+import { runTrainer, type StepInfo } from "../../trainer-image/trainer/trainer.ts";
+import { deliver, fakeTrajectory, publishBase, TINY_MODEL } from "./trainerHelpers.ts";
+
+const trainerConfig = parseConfig({}).trainer;
+
+function ready(groupId: string, sample: number, groupSize = 2): TrajectoryReady {
+  return {
+    schemaVersion: 1,
+    trajectoryId: `${groupId}-s${sample}`,
+    experimentId: "e",
+    groupId,
+    groupSize,
+    task: "db",
+    key: "k",
+    tokens: 1,
+    reward: 0,
+    status: "completed",
+    minVersion: 0,
+    maxVersion: 0,
+  };
+}
+
+describe("GroupBuffer", () => {
+  it("releases only complete groups, oldest first, and counts redeliveries once", () => {
+    const buffer = new GroupBuffer();
+    expect(buffer.add(ready("b", 0), "r1", 10)).toBe("added");
+    expect(buffer.add(ready("a", 0), "r2", 20)).toBe("added");
+    expect(buffer.completeGroups()).toHaveLength(0);
+    expect(buffer.add(ready("b", 0), "r1-again", 30)).toBe("redelivered");
+    expect(buffer.completeGroups()).toHaveLength(0); // a redelivery is not a second member
+    buffer.add(ready("a", 1), "r3", 40);
+    buffer.add(ready("b", 1), "r4", 50);
+    expect(buffer.completeGroups().map((g) => g.groupId)).toEqual(["b", "a"]);
+    const [b] = buffer.take(buffer.completeGroups().slice(0, 1));
+    expect(b?.members.get("b-s0")).toMatchObject({ receiptHandle: "r1-again", olderReceipts: ["r1"] });
+    expect(buffer.receipts().sort()).toEqual(["r2", "r3"]);
+  });
+
+  it("expires incomplete groups after the timeout", () => {
+    const buffer = new GroupBuffer();
+    buffer.add(ready("slow", 0, 4), "r", 1_000);
+    expect(buffer.expiredGroups(1_500, 1_000)).toHaveLength(0);
+    expect(buffer.expiredGroups(2_500, 1_000).map((g) => g.groupId)).toEqual(["slow"]);
+  });
+
+  it("the first step waits for warmupFactor batches", () => {
+    expect(groupsNeeded(8, 1.7, true)).toBe(14);
+    expect(groupsNeeded(8, 1.7, false)).toBe(8);
+  });
+});
+
+describe("prepareBatch: staleness and advantages", () => {
+  const t = (groupId: string, sample: number, reward: number, tokenVersion: number) =>
+    fakeTrajectory("e", groupId, sample, reward, { tokenVersion });
+
+  it("drops tokens past the bound, counts them, and keeps group baselines", () => {
+    // current version 5, bound 2: tokens of version 2 (staleness 3) are dropped, version 3 kept
+    const batch = prepareBatch(
+      [t("g", 0, 1, 2), t("g", 1, 0, 3)],
+      5,
+      { ...trainerConfig, maxStaleness: 2, stalePolicy: "drop", taskAdvantageNorm: false },
+      1_000,
+    );
+    expect(batch.metrics["rollout/stale_dropped"]).toBe(6);
+    expect(batch.metrics["rollout/stale_dropped_trajectories"]).toBe(1);
+    expect(batch.metrics["rollout/staleness_max"]).toBe(2);
+    expect(batch.metrics["staleness/2"]).toBe(6);
+    expect(batch.rows.map((r) => r.trajectory)).toEqual([1]);
+    expect(batch.tokens).toBe(6);
+    // GRPO over both rewards [1, 0]: the kept member still gets -0.5 / (0.7071 + 1e-6)
+    expect(batch.trajectoryAdvantages[1]).toBeCloseTo(-0.5 / (Math.SQRT1_2 + 1e-6), 9);
+    expect(batch.rows[0]?.advantages.filter((a) => a !== 0)).toHaveLength(6);
+  });
+
+  it("importance-weight mode keeps stale tokens with a capped weight and a proximal ratio", () => {
+    const batch = prepareBatch(
+      [t("g", 0, 1, 0), t("g", 1, 0, 5)],
+      5,
+      { ...trainerConfig, maxStaleness: 2, stalePolicy: "importance-weight" },
+      1_000,
+    );
+    expect(batch.metrics["rollout/importance_weighted"]).toBe(6);
+    expect(batch.metrics["rollout/stale_dropped"]).toBe(0);
+    const row = batch.rows[0]!;
+    // proximal -5.0 vs behaviour -5.7: weight min(exp(0.7), 2) = 2 (capped); ratio base becomes -5.0
+    const proximal = row.oldLogp.map(() => -5.0);
+    const { oldLogp, weights } = importanceWeights(row, proximal, 2);
+    expect(weights.slice(8)).toEqual([2, 2, 2, 2, 2, 2]);
+    expect(oldLogp.slice(8)).toEqual([-5, -5, -5, -5, -5, -5]);
+    const fresh = importanceWeights(batch.rows[1]!, proximal, 2);
+    expect(fresh.weights.every((w) => w === 1)).toBe(true);
+    expect(fresh.oldLogp).toEqual(batch.rows[1]!.oldLogp);
+  });
+
+  it("cuts sequences to the context and never trains position 0", () => {
+    const long = t("g", 0, 1, 0);
+    const batch = prepareBatch([long, t("g", 1, 0, 0)], 0, trainerConfig, 10);
+    expect(batch.rows[0]?.tokens.length).toBe(10);
+    expect(batch.metrics["rollout/truncated"]).toBe(2);
+    expect(batch.tokens).toBe(4);
+  });
+});
+
+/** Records the order of publish-relevant operations. */
+function recording(transport: Transport, events: string[]): Transport {
+  const wrapQueue = (name: string, queue: Queue): Queue =>
+    new Proxy(queue, {
+      get(target, prop, receiver) {
+        const value = Reflect.get(target, prop, receiver);
+        if (prop === "send" || prop === "delete")
+          return async (arg: string) => {
+            events.push(`${name}.${String(prop)}`);
+            return (value as (a: string) => Promise<unknown>).call(target, arg);
+          };
+        return typeof value === "function" ? value.bind(target) : value;
+      },
+    });
+  return {
+    queue: (name) => wrapQueue(name, transport.queue(name)),
+    store: (name) => {
+      const store = transport.store(name);
+      return new Proxy(store, {
+        get(target, prop, receiver) {
+          const value = Reflect.get(target, prop, receiver);
+          if (prop === "putIfAbsent" || prop === "put")
+            return async (key: string, body: string | Uint8Array) => {
+              if (key.endsWith("manifest.json") || key.endsWith("ledger.json")) events.push(`put ${key}`);
+              return (value as (k: string, b: string | Uint8Array) => Promise<unknown>).call(target, key, body);
+            };
+          return typeof value === "function" ? value.bind(target) : value;
+        },
+      });
+    },
+    close: () => transport.close(),
+  };
+}
+
+describe("runTrainer on the local transport with a tiny model", () => {
+  let dir: string;
+  let transport: Transport;
+  const config = (overrides: ExperimentConfigInput = {}) =>
+    parseConfig({
+      experimentId: "tr",
+      policy: { backend: "cpu", model: TINY_MODEL },
+      rollout: { groupSize: 2, maxTotalTokens: 64, maxTokensPerTurn: 16 },
+      transport: { localDir: dir, visibilityTimeoutSeconds: 1 },
+      ...overrides,
+      trainer: { batchSize: 2, warmupFactor: 1, maxSteps: 3, learningRate: 1e-2, ...overrides.trainer },
+    });
+
+  beforeEach(async () => {
+    dir = await mkdtemp(join(tmpdir(), "trainer-"));
+    transport = await createTransport(config().transport);
+    await publishBase(transport);
+  });
+  afterEach(async () => {
+    await transport.close();
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  const batchOf = (step: number) =>
+    [0, 1].flatMap((g) => {
+      const groupId = `s${step}g${g}`;
+      const task = g === 0 ? "db" : "os";
+      return [0, 1].map((sample) => fakeTrajectory("tr", groupId, sample, sample === 0 ? 1 : -0.2, { task }));
+    });
+
+  it("trains 3 steps: finite losses, versions published, every message consumed once and acknowledged", async () => {
+    // one batch at a time (the trainer takes every complete group it has), the next after each step
+    await deliver(transport, batchOf(0));
+    await deliver(transport, [batchOf(0)[0]!]); // a duplicated TrajectoryReady
+    const lines: StepMetrics[] = [];
+    const tensors: number[] = [];
+    const events: string[] = [];
+    const summary = await runTrainer(config(), recording(transport, events), {
+      waitSeconds: 0,
+      metrics: (line) => {
+        lines.push(line);
+      },
+      onStep: (info) => {
+        tensors.push(tf.memory().numTensors);
+        if (info.step < 3) void deliver(transport, batchOf(info.step));
+        if (info.step === 1) void deliver(transport, [batchOf(0)[1]!]); // a late duplicate of a trained one
+      },
+    });
+    expect(summary).toMatchObject({ step: 3, version: 3, stepsThisRun: 3 });
+    expect(await listVersions(transport.store("checkpoints"))).toEqual([3, 2, 1, 0]);
+    for (const line of lines) {
+      expect(Number.isFinite(line.metrics["loss/policy"])).toBe(true);
+      expect(Number.isFinite(line.metrics["loss/kl"])).toBe(true);
+      expect(line.metrics["policy/grad_norm"]).toBeGreaterThan(0);
+      expect(line.metrics["task/db/success"]).toBe(0.5);
+      expect(line.metrics["task/os/reward"]).toBeCloseTo(0.4, 9);
+    }
+    const ledger = await readLedger(transport.store("checkpoints"), 3);
+    expect(ledger?.consumed).toHaveLength(12);
+    expect(new Set(ledger?.consumed).size).toBe(12);
+    expect(ledger?.totals["totals/trajectories"]).toBe(12);
+    expect(ledger?.totals["totals/duplicates"]).toBeGreaterThanOrEqual(1);
+    expect(await transport.queue("trajectories").approximateDepth()).toEqual({ visible: 0, inFlight: 0 });
+    // versions were announced in order
+    const announced = await transport.queue("policy-events").receive({ maxMessages: 10 });
+    expect(announced.map((m) => PolicyPublished.parse(JSON.parse(m.body)).version).sort()).toEqual([1, 2, 3]);
+    // ledger, then manifest, then the event, then the acknowledgements
+    const firstDelete = events.indexOf("trajectories.delete");
+    expect(events.indexOf("put policies/v1/ledger.json")).toBeLessThan(events.indexOf("put policies/v1/manifest.json"));
+    expect(events.indexOf("put policies/v1/manifest.json")).toBeLessThan(events.indexOf("policy-events.send"));
+    expect(events.indexOf("policy-events.send")).toBeLessThan(firstDelete);
+    // no tensor leak from step to step
+    expect(tensors[2]).toBe(tensors[0]);
+  });
+
+  it("a trainer killed before publishing resumes from the last version: nothing trained twice, nothing lost", async () => {
+    await deliver(transport, batchOf(0));
+    await expect(
+      runTrainer(config(), transport, {
+        waitSeconds: 0,
+        onStep: (info) => void deliver(transport, batchOf(info.step)),
+        beforePublish: (version) => {
+          if (version === 2) throw new Error("killed");
+        },
+      }),
+    ).rejects.toThrow(/killed/);
+    expect(await listVersions(transport.store("checkpoints"))).toEqual([1, 0]);
+    // the unacknowledged messages come back after the visibility timeout; a new trainer resumes at v1
+    const summary = await runTrainer(config(), transport, {
+      waitSeconds: 1,
+      onStep: (info) => {
+        if (info.step === 2) void deliver(transport, batchOf(2));
+      },
+    });
+    expect(summary).toMatchObject({ step: 3, version: 3, stepsThisRun: 2 });
+    const ledger = await readLedger(transport.store("checkpoints"), 3);
+    expect(ledger?.consumed.slice().sort()).toEqual(
+      [0, 1, 2].flatMap((s) => batchOf(s).map((t) => t.trajectoryId)).sort(),
+    );
+    expect(ledger?.totals["totals/trajectories"]).toBe(12);
+    expect(await transport.queue("trajectories").approximateDepth()).toEqual({ visible: 0, inFlight: 0 });
+  });
+
+  it("honours the staleness bound across a resume and counts the drops exactly", async () => {
+    // tokens of version 0 against a trainer at v1..: bound 0 drops everything older than the weights
+    const cfg = config({ trainer: { maxStaleness: 0, maxSteps: 2 } });
+    await deliver(transport, batchOf(0));
+    await runTrainer(cfg, transport, { waitSeconds: 0, maxStepsThisRun: 1 });
+    await deliver(transport, batchOf(1)); // generated by v0, trained at v1: staleness 1 > 0
+    const lines: StepMetrics[] = [];
+    await runTrainer(cfg, transport, { waitSeconds: 0, metrics: (l) => void lines.push(l) });
+    expect(lines[0]?.metrics["rollout/stale_dropped"]).toBe(24);
+    expect(lines[0]?.metrics["rollout/stale_dropped_trajectories"]).toBe(4);
+    expect(lines[0]?.metrics["rollout/tokens"]).toBe(0);
+    const ledger = await readLedger(transport.store("checkpoints"), 2);
+    expect(ledger?.totals["totals/stale_dropped"]).toBe(24);
+    expect(ledger?.totals["totals/trajectories"]).toBe(8);
+  });
+
+  it("rejects malformed events with the failing field and trains the rest", async () => {
+    const info: StepInfo[] = [];
+    await transport.queue("trajectories").send(JSON.stringify({ schemaVersion: 1, trajectoryId: "x" }));
+    await deliver(transport, batchOf(0));
+    await runTrainer(config(), transport, {
+      waitSeconds: 0,
+      maxStepsThisRun: 1,
+      onStep: (s) => info.push(s),
+    });
+    expect(info[0]?.trajectories).toBe(4);
+    expect(info[0]?.metrics["totals/rejected"]).toBeGreaterThanOrEqual(1);
+    // handed back with its reason (fail), neither trained nor deleted: it ends in the dead-letter queue
+    expect((await transport.queue("trajectories").approximateDepth()).visible).toBe(1);
+  });
+});
