@@ -1,6 +1,7 @@
 import * as tf from "@tensorflow/tfjs";
 import { ModelConfig } from "../config/policy.ts";
 import { AgentRlError } from "../errors.ts";
+import { backendInfo } from "./backend.ts";
 import { KvDecoder } from "./decoder.ts";
 import { attention, type Dims, embed, linear, RotaryTable, rmsNorm, swiglu, tokenLogProbs } from "./ops.ts";
 import type { Decoder, InferencePolicy, TrainablePolicy } from "./types.ts";
@@ -126,6 +127,8 @@ export class TransformerPolicy implements InferencePolicy, TrainablePolicy {
     readonly version: number,
     options: { trainable: boolean; optimizer?: Partial<OptimizerOptions>; rope?: RotaryTable },
   ) {
+    if (!backendInfo())
+      throw new AgentRlError("no TF.js backend selected: await initBackend(preference) before creating a policy");
     this.config = config;
     const hd = config.dModel / config.heads;
     this.dims = {

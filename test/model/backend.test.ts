@@ -1,10 +1,11 @@
 import * as tf from "@tensorflow/tfjs";
 import { describe, expect, it } from "vitest";
-import { backendInfo, initBackend } from "../../shared/model/index.ts";
+import { backendInfo, createPolicy, initBackend } from "../../shared/model/index.ts";
 
 describe("initBackend", () => {
   it("auto falls back past missing native bindings and keeps its first choice", async () => {
     expect(backendInfo()).toBeUndefined();
+    expect(() => createPolicy({ vocabSize: 300, dModel: 16, layers: 1 }, 1)).toThrow(/await initBackend/);
     const info = await initBackend("auto");
     expect(tf.getBackend()).toBe(info.name);
     if (info.name !== "tensorflow") {
