@@ -14,6 +14,9 @@ const COMMANDS: ReadonlyArray<() => Promise<{ register(program: Command): void }
   () => import("./commands/eval.ts"),
   () => import("./commands/policy.ts"),
   () => import("./commands/sft.ts"),
+  () => import("./commands/feeder.ts"),
+  () => import("./commands/rollout.ts"),
+  () => import("./commands/trainer.ts"),
 ];
 
 async function main(argv: string[]): Promise<void> {

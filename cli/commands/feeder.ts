@@ -1,0 +1,33 @@
+import type { Command } from "commander";
+import { configFromOptions, withConfigOptions } from "../options.ts";
+import { intOption } from "./controller.ts";
+
+/** `agentrl feeder`: turns the experiment's task mix into rollout requests until stopped. */
+export function register(program: Command): void {
+  withConfigOptions(
+    program
+      .command("feeder")
+      .description("send rollout requests for the task mix (async: ~2 batches in flight; sync: one batch per version)"),
+  )
+    .option("--max-groups <n>", "stop once this many groups were sent in total", intOption("--max-groups", 1))
+    .action(async (options: { config?: string; set?: string[]; maxGroups?: number }) => {
+      const config = await configFromOptions(options);
+      const { createTransport } = await import("../../shared/transport/index.ts");
+      const { latestVersionFrom, runFeeder } = await import("../../functions/feeder/index.ts");
+      const transport = await createTransport(config.transport);
+      const stop = new AbortController();
+      process.once("SIGINT", () => stop.abort());
+      process.once("SIGTERM", () => stop.abort());
+      process.stdout.write(`${JSON.stringify({ event: "started", role: "feeder", mode: config.trainer.mode })}\n`);
+      try {
+        const summary = await runFeeder(config, transport, {
+          signal: stop.signal,
+          maxGroups: options.maxGroups,
+          latestVersion: latestVersionFrom(transport.store("checkpoints")),
+        });
+        process.stdout.write(`${JSON.stringify({ event: "stopped", role: "feeder", ...summary })}\n`);
+      } finally {
+        await transport.close();
+      }
+    });
+}

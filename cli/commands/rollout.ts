@@ -1,0 +1,43 @@
+import type { Command } from "commander";
+import { configFromOptions, withConfigOptions } from "../options.ts";
+
+/** `agentrl rollout`: a rollout worker (agent loop with cross-policy sampling) until stopped. */
+export function register(program: Command): void {
+  withConfigOptions(
+    program
+      .command("rollout")
+      .description("consume rollout requests: run episodes against the controller with the policy pool"),
+  )
+    .requiredOption("--controller-url <url>", "environment controller, e.g. http://127.0.0.1:5020")
+    .requiredOption("--current-url <url>", "policy server following the newest version (OpenAI base URL)")
+    .option("--stale-url <url>", "policy server following every K-th version (cross-policy pool)")
+    .action(
+      async (options: {
+        config?: string;
+        set?: string[];
+        controllerUrl: string;
+        currentUrl: string;
+        staleUrl?: string;
+      }) => {
+        const config = await configFromOptions(options);
+        const { createTransport } = await import("../../shared/transport/index.ts");
+        const { rolloutDepsFromUrls, runRolloutWorker } = await import("../../functions/rollout/index.ts");
+        const transport = await createTransport(config.transport);
+        const stop = new AbortController();
+        process.once("SIGINT", () => stop.abort());
+        process.once("SIGTERM", () => stop.abort());
+        try {
+          const deps = await rolloutDepsFromUrls(config, transport, {
+            controller: options.controllerUrl,
+            current: options.currentUrl,
+            stale: options.staleUrl,
+          });
+          process.stdout.write(`${JSON.stringify({ event: "started", role: "rollout" })}\n`);
+          const summary = await runRolloutWorker(config, transport, { ...deps, signal: stop.signal });
+          process.stdout.write(`${JSON.stringify({ event: "stopped", role: "rollout", ...summary })}\n`);
+        } finally {
+          await transport.close();
+        }
+      },
+    );
+}

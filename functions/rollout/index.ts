@@ -1,0 +1,49 @@
+/** The rollout role: the agent loop with cross-policy sampling, as a queue consumer. */
+import { ChatCodec } from "../../shared/chat/codec.ts";
+import type { ExperimentConfig } from "../../shared/config/index.ts";
+import { ControllerClient } from "../../shared/env/client.ts";
+import { AgentRlError } from "../../shared/errors.ts";
+import { newestVersion, versionPrefix } from "../../shared/model/checkpoint.ts";
+import type { ObjectStore, Transport } from "../../shared/transport/types.ts";
+import { PolicyPool, type PoolUrls } from "./pool.ts";
+import type { RolloutWorkerOptions } from "./worker.ts";
+
+export * from "./episode.ts";
+export * from "./policyClient.ts";
+export * from "./pool.ts";
+export * from "./worker.ts";
+
+/**
+ * The chat codec of the newest published policy (its tokenizer.json), waiting up to `timeoutMs`
+ * for a first version to appear.
+ */
+export async function loadCodec(
+  checkpoints: ObjectStore,
+  timeoutMs = 60_000,
+  signal?: AbortSignal,
+): Promise<ChatCodec> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const version = await newestVersion(checkpoints);
+    if (version !== undefined) {
+      const text = await checkpoints.getText(`${versionPrefix(version)}tokenizer.json`);
+      if (text !== undefined) return ChatCodec.fromTokenizerJson(JSON.parse(text));
+    }
+    if (Date.now() > deadline || signal?.aborted)
+      throw new AgentRlError(`no policy version with a tokenizer in the checkpoint store after ${timeoutMs} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 500));
+  }
+}
+
+/** Everything a worker needs beyond config and transport, from URLs. */
+export async function rolloutDepsFromUrls(
+  config: ExperimentConfig,
+  transport: Transport,
+  urls: PoolUrls & { readonly controller: string },
+): Promise<Pick<RolloutWorkerOptions, "env" | "pool" | "codec">> {
+  return {
+    env: new ControllerClient({ baseUrl: urls.controller }),
+    pool: new PolicyPool(config.rollout, urls),
+    codec: await loadCodec(transport.store("checkpoints")),
+  };
+}
