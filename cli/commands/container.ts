@@ -1,8 +1,6 @@
-import { spawn } from "node:child_process";
 import { mkdtemp, writeFile } from "node:fs/promises";
 import { networkInterfaces, tmpdir } from "node:os";
-import { dirname, join, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
+import { join } from "node:path";
 import type { Command } from "commander";
 import {
   type ContainerEnv,
@@ -10,8 +8,6 @@ import {
   type ReadS3Text,
   resolveContainerConfig,
 } from "../../shared/config/containerEnv.ts";
-
-const AGENTRL_BIN = resolve(dirname(fileURLToPath(import.meta.url)), "../../bin/agentrl.mjs");
 
 /** First non-internal IPv4 address: in ECS awsvpc mode, the task's own ENI address. */
 export function taskAddress(): string {
@@ -91,28 +87,6 @@ export async function prepareContainer(
   return { env, argv: [...roleArgv(env, { configFile, sweepFile }), ...(options.extraArgs ?? [])] };
 }
 
-/**
- * Runs the role prepared by {@link prepareContainer} as a child process, forwarding SIGTERM and
- * SIGINT, and resolves with its exit code.
- */
-export async function runContainer(
-  rawEnv: NodeJS.ProcessEnv,
-  options: { print?: boolean; extraArgs?: readonly string[]; readS3Text?: ReadS3Text } = {},
-): Promise<number> {
-  const { env, argv } = await prepareContainer(rawEnv, options);
-  if (options.print) {
-    process.stdout.write(`${JSON.stringify({ role: env.AGENTRL_ROLE, argv })}\n`);
-    return 0;
-  }
-  const child = spawn(process.execPath, [AGENTRL_BIN, ...argv], { stdio: "inherit", env: rawEnv });
-  const forward = (signal: NodeJS.Signals) => () => child.kill(signal);
-  process.on("SIGTERM", forward("SIGTERM"));
-  process.on("SIGINT", forward("SIGINT"));
-  return new Promise((resolveExit) => {
-    child.on("exit", (code, signal) => resolveExit(code ?? (signal ? 128 + 15 : 1)));
-  });
-}
-
 /** `agentrl container`: the entrypoint of every image; AGENTRL_ROLE and friends pick and configure the role. */
 export function register(program: Command): void {
   program
@@ -124,7 +98,12 @@ export function register(program: Command): void {
     .option("--print", "print the role's resolved agentrl arguments instead of starting it")
     .argument("[args...]", "extra arguments for the role (after --)")
     .action(async (args: string[], options: { print?: boolean }) => {
-      const code = await runContainer(process.env, { print: options.print ?? false, extraArgs: args });
-      process.exitCode = code;
+      const { env, argv } = await prepareContainer(process.env, { extraArgs: args });
+      if (options.print) {
+        process.stdout.write(`${JSON.stringify({ role: env.AGENTRL_ROLE, argv })}\n`);
+        return;
+      }
+      // The role runs in this process (one Node per container; it handles SIGTERM itself).
+      await program.parseAsync(argv, { from: "user" });
     });
 }

@@ -1,5 +1,4 @@
 import { Duration, Stack } from "aws-cdk-lib";
-import { Template } from "aws-cdk-lib/assertions";
 import * as ecs from "aws-cdk-lib/aws-ecs";
 import { describe, expect, it } from "vitest";
 import { AgentCluster } from "../../infra/constructs/cluster.ts";
@@ -90,17 +89,15 @@ describe("construct props are validated at synth with the given value and the al
 
 describe("Messaging timing", () => {
   it("derives a visibility timeout from the consumer's timeout with a minute of slack", () => {
-    const stack = new Stack(testApp(), "S");
-    new Messaging(stack, "M", {
+    const messaging = new Messaging(new Stack(testApp(), "S"), "M", {
       ...messagingProps,
       rolloutRequests: { consumerTimeout: Duration.minutes(15) },
+      trajectories: { consumerTimeout: Duration.hours(12) },
       maxReceiveCount: 7,
     });
-    const template = Template.fromStack(stack);
-    template.hasResourceProperties("AWS::SQS::Queue", {
-      QueueName: "exp-rollout-requests",
-      VisibilityTimeout: 960,
-      RedrivePolicy: { maxReceiveCount: 7 },
-    });
+    expect(messaging.rolloutRequests.visibilityTimeout.toSeconds()).toBe(960);
+    // Capped at the SQS maximum rather than rejected.
+    expect(messaging.trajectories.visibilityTimeout.toSeconds()).toBe(43_200);
+    expect(messaging.maxReceiveCount).toBe(7);
   });
 });

@@ -127,39 +127,6 @@ describe("images", () => {
     expect(bad.stderr).toMatch(/AGENTRL_PORT: must be a port number/);
   });
 
-  it("functions image: the controller and an env worker start from the typed environment and find each other", async () => {
-    const { cmd } = parseDockerfile("functions/Dockerfile");
-    const controllerPort = await freePort();
-    const line = await startCmd(
-      cmd,
-      { ...resources, AGENTRL_ROLE: "controller", AGENTRL_HOST: "127.0.0.1", AGENTRL_PORT: String(controllerPort) },
-      [],
-      /"event":"listening"/,
-    );
-    const controllerUrl = (JSON.parse(line) as { url: string }).url;
-    expect(controllerUrl).toContain(String(controllerPort));
-    await startCmd(
-      cmd,
-      {
-        ...resources,
-        AGENTRL_ROLE: "env",
-        AGENTRL_TASK: "example",
-        AGENTRL_CONTROLLER_URL: `http://127.0.0.1:${controllerPort}`,
-        AGENTRL_HOST: "127.0.0.1",
-        AGENTRL_ADVERTISE_HOST: "127.0.0.1",
-        AGENTRL_PORT: String(await freePort()),
-      },
-      [],
-      /"event":"listening"/,
-    );
-    let workers = "";
-    for (let i = 0; i < 100 && !workers.includes("example"); i++) {
-      workers = await (await fetch(`http://127.0.0.1:${controllerPort}/api/list_workers`)).text();
-      if (!workers.includes("example")) await new Promise((r) => setTimeout(r, 200));
-    }
-    expect(workers).toContain("example");
-  });
-
   it("the sweep runner, policy servers, trainer, feeder and rollout workers start from their environment", async () => {
     const sweep = JSON.stringify({ name: "img", grid: { "trainer.learningRate": [0.001, 0.002] } });
     const extra: Record<string, Record<string, string>> = {
@@ -197,33 +164,53 @@ describe("images", () => {
     });
   });
 
-  it("env images: each CMD serves its task and registers with a controller", async () => {
+  it("the controller and env workers (functions image and every env image) start and register", async () => {
+    const functions = parseDockerfile("functions/Dockerfile").cmd;
     const controllerPort = await freePort();
-    await startCmd(
-      ["node", "bin/agentrl.mjs", "controller"],
-      {},
-      ["--host", "127.0.0.1", "--port", String(controllerPort)],
+    const line = await startCmd(
+      functions,
+      { ...resources, AGENTRL_ROLE: "controller", AGENTRL_HOST: "127.0.0.1", AGENTRL_PORT: String(controllerPort) },
+      [],
       /"event":"listening"/,
     );
+    expect((JSON.parse(line) as { url: string }).url).toContain(String(controllerPort));
+    const controllerUrl = `http://127.0.0.1:${controllerPort}`;
     const tasks = envImages.map((file) => file.split("/")[1] as string);
-    await Promise.all(
-      envImages.map(async (file, i) => {
+    await Promise.all([
+      // An env worker of the functions image, configured only through the typed environment.
+      startCmd(
+        functions,
+        {
+          ...resources,
+          AGENTRL_ROLE: "env",
+          AGENTRL_TASK: "example",
+          AGENTRL_CONTROLLER_URL: controllerUrl,
+          AGENTRL_HOST: "127.0.0.1",
+          AGENTRL_ADVERTISE_HOST: "127.0.0.1",
+          AGENTRL_PORT: String(await freePort()),
+        },
+        [],
+        /"event":"listening"/,
+      ),
+      // Each env image's own CMD, given the flags it expects.
+      ...envImages.map(async (file, i) => {
         const { cmd } = parseDockerfile(file);
         expect(cmd.slice(-3)).toEqual(["env", "serve", tasks[i]]);
-        const line = await startCmd(
+        const ready = await startCmd(
           cmd,
           {},
-          ["--controller", `http://127.0.0.1:${controllerPort}`, "--host", "127.0.0.1", "--port", "0"],
+          ["--controller", controllerUrl, "--host", "127.0.0.1", "--port", "0"],
           /"event":"listening"/,
         );
-        expect(line).toContain(`"task":"${tasks[i]}"`);
+        expect(ready).toContain(`"task":"${tasks[i]}"`);
       }),
-    );
+    ]);
+    const expected = ["example", ...tasks];
     let workers = "";
-    for (let attempt = 0; attempt < 100 && !tasks.every((task) => workers.includes(`"${task}"`)); attempt++) {
-      workers = await (await fetch(`http://127.0.0.1:${controllerPort}/api/list_workers`)).text();
+    for (let attempt = 0; attempt < 100 && !expected.every((task) => workers.includes(`"${task}"`)); attempt++) {
+      workers = await (await fetch(`${controllerUrl}/api/list_workers`)).text();
       await new Promise((r) => setTimeout(r, 200));
     }
-    for (const task of tasks) expect(workers).toContain(`"${task}"`);
+    for (const task of expected) expect(workers).toContain(`"${task}"`);
   });
 });

@@ -210,6 +210,12 @@ describe("compute stack", () => {
       ([, s]) => s.Properties.CapacityProviderStrategy !== undefined,
     );
     expect(gpuServices).toHaveLength(3);
+    // Deployments stop the old GPU task first: there is no spare GPU for a replacement.
+    for (const [, service] of gpuServices)
+      expect(service.Properties.DeploymentConfiguration).toMatchObject({
+        MinimumHealthyPercent: 0,
+        MaximumPercent: 100,
+      });
     const [[, launchTemplate]] = resourcesOf(templates.compute, "AWS::EC2::LaunchTemplate") as [[string, Resource]];
     const data = launchTemplate.Properties.LaunchTemplateData as Record<string, unknown>;
     expect(data.InstanceType).toEqual({ Ref: "GpuInstanceType" });
