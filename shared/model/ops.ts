@@ -211,6 +211,8 @@ export function swiglu(gate: tf.Tensor2D, up: tf.Tensor2D): tf.Tensor2D {
 }
 
 const causalMasks = new Map<number, Float32Array>();
+const MASK_CACHE_FLOATS = 16 * 1024 * 1024;
+let cachedMaskFloats = 0;
 /** Additive causal mask [rep·L, L] (rows repeat per query head of a group); cached by shape. */
 function causalMask(length: number, rep: number): Float32Array {
   const key = length * 1024 + rep;
@@ -219,7 +221,12 @@ function causalMask(length: number, rep: number): Float32Array {
     mask = new Float32Array(rep * length * length);
     for (let r = 0; r < rep; r++)
       for (let i = 0; i < length; i++) for (let j = i + 1; j < length; j++) mask[(r * length + i) * length + j] = -1e30;
-    if (causalMasks.size > 64) causalMasks.clear();
+    // Bound the cache by size, not count: one mask at the full context is already tens of MB.
+    cachedMaskFloats += mask.length;
+    if (cachedMaskFloats > MASK_CACHE_FLOATS) {
+      causalMasks.clear();
+      cachedMaskFloats = mask.length;
+    }
     causalMasks.set(key, mask);
   }
   return mask;
