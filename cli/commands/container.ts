@@ -58,7 +58,16 @@ export function roleArgv(env: ContainerEnv, files: { configFile: string; sweepFi
     case "feeder":
       return ["feeder", ...config];
     case "rollout":
-      return ["rollout", ...config];
+      return [
+        "rollout",
+        ...config,
+        "--controller-url",
+        env.AGENTRL_CONTROLLER_URL,
+        "--current-url",
+        env.AGENTRL_POLICY_CURRENT_URL,
+        "--stale-url",
+        env.AGENTRL_POLICY_STALE_URL,
+      ];
     case "sweep":
       return ["sweep", files.sweepFile];
   }

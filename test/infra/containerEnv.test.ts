@@ -164,6 +164,27 @@ describe("roleArgv", () => {
     expect(worker.slice(0, 5)).toEqual(["env", "serve", "db", "--controller", "http://c:5020"]);
     expect(worker[worker.indexOf("--address") + 1]).toMatch(/^http:\/\/\d+\.\d+\.\d+\.\d+:5021\/api$/);
     expect(roleArgv(env({ AGENTRL_ROLE: "trainer" }), files)).toEqual(["trainer", "--config", "/tmp/c.json"]);
+    expect(
+      roleArgv(
+        env({
+          AGENTRL_ROLE: "rollout",
+          AGENTRL_CONTROLLER_URL: "http://c:5020",
+          AGENTRL_POLICY_CURRENT_URL: "http://p1:8000",
+          AGENTRL_POLICY_STALE_URL: "http://p2:8000",
+        }),
+        files,
+      ),
+    ).toEqual([
+      "rollout",
+      "--config",
+      "/tmp/c.json",
+      "--controller-url",
+      "http://c:5020",
+      "--current-url",
+      "http://p1:8000",
+      "--stale-url",
+      "http://p2:8000",
+    ]);
     expect(roleArgv(parseContainerEnv({ AGENTRL_ROLE: "sweep", AGENTRL_SWEEP_JSON: "{}" }), files)).toEqual([
       "sweep",
       "/tmp/s.json",
