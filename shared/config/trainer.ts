@@ -24,6 +24,12 @@ export const TrainerConfig = z
      * importance-weight only: tokens past the bound use the decoupled PPO objective (ratio against
      * the trainer's pre-step log-probs) weighted by min(exp(pre-step - behaviour), cap).
      */
+    /**
+     * Which tokens the bound applies to. `current`: tokens of the current pool only — the stale
+     * pool of cross-policy sampling is old on purpose (every staleEvery versions) and its tokens
+     * train through the PPO ratio against their own log-probs. `all`: every generated token.
+     */
+    staleBoundApplies: z.enum(["current", "all"]).default("current").describe("pools the staleness bound covers"),
     importanceWeightCap: z.number().positive().default(2).describe("cap of the behaviour importance weight"),
     /** An incomplete group older than this (a member dead-lettered) is dropped, counted and acknowledged. */
     groupTimeoutSeconds: z.number().positive().default(900).describe("wait for a group's last member (s)"),

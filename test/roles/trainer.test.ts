@@ -78,12 +78,29 @@ describe("prepareBatch: staleness and advantages", () => {
     expect(batch.metrics["rollout/stale_dropped"]).toBe(6);
     expect(batch.metrics["rollout/stale_dropped_trajectories"]).toBe(1);
     expect(batch.metrics["rollout/staleness_max"]).toBe(2);
+    expect(batch.metrics["rollout/staleness_max_bounded"]).toBe(2);
     expect(batch.metrics["staleness/2"]).toBe(6);
     expect(batch.rows.map((r) => r.trajectory)).toEqual([1]);
     expect(batch.tokens).toBe(6);
     // GRPO over both rewards [1, 0]: the kept member still gets -0.5 / (0.7071 + 1e-6)
     expect(batch.trajectoryAdvantages[1]).toBeCloseTo(-0.5 / (Math.SQRT1_2 + 1e-6), 9);
     expect(batch.rows[0]?.advantages.filter((a) => a !== 0)).toHaveLength(6);
+  });
+
+  it("by default the bound covers the current pool only: cross-policy stale-pool tokens are old on purpose", () => {
+    const fromStalePool = t("g", 0, 1, 0);
+    fromStalePool.policyPool = fromStalePool.policyPool.map((p) => (p ? "stale" : null));
+    const trajectories = [fromStalePool, t("g", 1, 0, 0)];
+    const bound = { ...trainerConfig, maxStaleness: 2, stalePolicy: "drop" as const };
+    const current = prepareBatch(trajectories, 5, bound, 1_000);
+    // current-pool tokens (staleness 5 > 2) dropped; stale-pool tokens kept and reported apart
+    expect(current.metrics["rollout/stale_dropped"]).toBe(6);
+    expect(current.metrics["rollout/staleness_max"]).toBe(5);
+    expect(current.metrics["rollout/staleness_max_bounded"]).toBe(0);
+    expect(current.rows.map((r) => r.trajectory)).toEqual([0]);
+    const all = prepareBatch(trajectories, 5, { ...bound, staleBoundApplies: "all" }, 1_000);
+    expect(all.metrics["rollout/stale_dropped"]).toBe(12);
+    expect(all.rows).toHaveLength(0);
   });
 
   it("importance-weight mode keeps stale tokens with a capped weight and a proximal ratio", () => {

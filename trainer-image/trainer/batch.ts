@@ -47,7 +47,10 @@ export function tokenStaleness(currentVersion: number, tokenVersion: number): nu
 export function prepareBatch(
   trajectories: readonly Trajectory[],
   currentVersion: number,
-  trainer: Pick<TrainerConfig, "estimator" | "taskAdvantageNorm" | "advantageEps" | "maxStaleness" | "stalePolicy">,
+  trainer: Pick<
+    TrainerConfig,
+    "estimator" | "taskAdvantageNorm" | "advantageEps" | "maxStaleness" | "stalePolicy" | "staleBoundApplies"
+  >,
   maxLength: number,
 ): PreparedBatch {
   const metrics: Record<string, number> = {
@@ -56,6 +59,8 @@ export function prepareBatch(
     "rollout/importance_weighted": 0,
     "rollout/staleness_max": 0,
     "rollout/truncated": 0,
+    /** Largest staleness among trained tokens the bound covers (≤ maxStaleness in drop mode). */
+    "rollout/staleness_max_bounded": 0,
   };
   const masks: number[][] = [];
   const pastBound: number[][] = [];
@@ -72,7 +77,8 @@ export function prepareBatch(
       if (t.lossMask[i] !== 1 || i === 0) continue; // position 0 has no log-prob (nothing precedes it)
       hadTokens = true;
       const staleness = tokenStaleness(currentVersion, t.policyVersion[i] as number);
-      if (staleness > trainer.maxStaleness) {
+      const bounded = trainer.staleBoundApplies === "all" || t.policyPool[i] === "current";
+      if (bounded && staleness > trainer.maxStaleness) {
         if (trainer.stalePolicy === "drop") {
           metrics["rollout/stale_dropped"]! += 1;
           continue;
@@ -85,6 +91,8 @@ export function prepareBatch(
       generated += 1;
       stalenessSum += staleness;
       metrics["rollout/staleness_max"] = Math.max(metrics["rollout/staleness_max"]!, staleness);
+      if (bounded)
+        metrics["rollout/staleness_max_bounded"] = Math.max(metrics["rollout/staleness_max_bounded"]!, staleness);
       metrics[`staleness/${staleness}`] = (metrics[`staleness/${staleness}`] ?? 0) + 1;
     }
     if (hadTokens && kept === 0) metrics["rollout/stale_dropped_trajectories"]! += 1;
