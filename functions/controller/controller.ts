@@ -167,7 +167,8 @@ export class Controller {
   private async receiveHeartbeat(beat: Heartbeat): Promise<{ worker_id: number; status: WorkerState }> {
     const now = Date.now();
     let task = this.tasks.get(beat.name);
-    if (task && task.workers.size > 0 && !sameIndices(task.indices, beat.indices)) {
+    const others = task ? [...task.workers.values()].filter((w) => w.address !== beat.address).length : 0;
+    if (task && others > 0 && !sameIndices(task.indices, beat.indices)) {
       throw new HttpError(
         409,
         `indices: task ${beat.name} is already served with ${task.indices.length} other indices; a worker with different indices cannot join`,
@@ -176,7 +177,8 @@ export class Controller {
     if (!task) {
       task = { indices: beat.indices, indexSet: new Set(beat.indices), workers: new Map() };
       this.tasks.set(beat.name, task);
-    } else if (task.workers.size === 0) {
+    } else if (others === 0 && !sameIndices(task.indices, beat.indices)) {
+      // The task's only worker came back with other indices (a new task version): take them.
       task.indices = beat.indices;
       task.indexSet = new Set(beat.indices);
     }
@@ -226,6 +228,14 @@ export class Controller {
     const askedAt = Date.now();
     try {
       const call = await this.callWorker(worker, "get_sessions", undefined, this.shortTimeoutMs);
+      if (call.kind === "timeout") {
+        // Slow is not dead: keep the worker's state and try again on a later heartbeat.
+        this.log.warn(
+          { workerId: worker.id, address: worker.address },
+          "get_sessions timed out; reconciliation skipped",
+        );
+        return false;
+      }
       if (call.kind !== "ok") {
         this.markDead(worker, `get_sessions failed (${describeCall(call)})`);
         return false;
