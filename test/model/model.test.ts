@@ -85,6 +85,22 @@ describe("rollout/trainer agreement", () => {
     policy.dispose();
   });
 
+  it.each([
+    [1, 4],
+    [4, 1],
+  ])("agrees with the decoder for %s kv head(s) per 4 query heads", (kvHeads) => {
+    const policy = createPolicy({ ...SMALL, kvHeads }, 12);
+    const seqs = [tokens(18, 5), tokens(11, 6)];
+    const promptLens = [4, 2];
+    const fromTrainer = policy.logProbs(seqs, 1);
+    const fromDecoder = decodeLogProbs(policy, seqs, promptLens, [0, 1], 1);
+    seqs.forEach((seq, i) => {
+      for (let t = promptLens[i]!; t < seq.length; t++)
+        expect(Math.abs(fromTrainer[i]![t]! - fromDecoder[i]![t]!)).toBeLessThan(1e-4);
+    });
+    policy.dispose();
+  });
+
   it("log-probs of a sequence do not depend on what it is batched with", () => {
     const policy = createPolicy(SMALL, 3);
     const alone = policy.logProbs([tokens(17, 9)], 1)[0]!;
