@@ -114,9 +114,12 @@ export class RoleService extends Construct {
       portMappings: props.port === undefined ? [] : [{ containerPort: props.port }],
       stopTimeout: Duration.seconds(60),
     };
-    const deployment = props.singleton
-      ? { minHealthyPercent: 0, maxHealthyPercent: 100 }
-      : { minHealthyPercent: 100, maxHealthyPercent: 200 };
+    // GPU capacity is sized to the GPU tasks (one GPU each), so a GPU service cannot start a
+    // replacement before stopping the old task either.
+    const deployment =
+      props.singleton || props.placement.kind === "gpu"
+        ? { minHealthyPercent: 0, maxHealthyPercent: 100 }
+        : { minHealthyPercent: 100, maxHealthyPercent: 200 };
     const cloudMapOptions =
       props.discoveryName === undefined
         ? undefined
