@@ -16,12 +16,14 @@ export function register(program: Command): void {
         "versions between stale-pool updates (default: rollout.crossPolicy.staleEvery)",
         intOption("--stale-every", 1),
       )
+      .option("--pin", "serve the starting version (policy.init) only; do not follow the checkpoint store")
       .option("--port <n>", "port to listen on (0 picks a free one)", intOption("--port", 0, 65535), 8000)
       .option("--host <host>", "interface to listen on", "127.0.0.1"),
   ).action(
     async (options: {
       pool: "current" | "stale";
       staleEvery?: number;
+      pin?: boolean;
       port: number;
       host: string;
       config?: string;
@@ -34,6 +36,7 @@ export function register(program: Command): void {
         config,
         pool: options.pool,
         staleEvery: options.staleEvery,
+        follow: !options.pin,
         port: options.port,
         host: options.host,
         log,

@@ -21,6 +21,8 @@ export interface ServePolicyOptions {
   readonly port: number;
   readonly host?: string;
   readonly log: Logger;
+  /** false: serve the starting version only (evaluation of a fixed version). @default true */
+  readonly follow?: boolean;
   /** Checkpoint store to follow; @default the experiment transport's `checkpoints` store. */
   readonly store?: ObjectStore;
 }
@@ -96,7 +98,7 @@ export async function servePolicy(options: ServePolicyOptions): Promise<RunningP
     install: (policy) => server.install(policy),
     log,
   });
-  follower.start();
+  if (options.follow ?? true) follower.start();
   const http = await listen(server.app, options.port, options.host ?? "127.0.0.1");
   log.info({ url: http.url, pool, policyVersion: first, staleEvery }, "policy server listening");
   return {
