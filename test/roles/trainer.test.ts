@@ -5,6 +5,7 @@ import * as tf from "@tensorflow/tfjs";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { type ExperimentConfigInput, parseConfig } from "../../shared/config/index.ts";
 import { listVersions } from "../../shared/model/checkpoint.ts";
+import { createPolicy } from "../../shared/model/transformer.ts";
 import { PolicyPublished, type TrajectoryReady } from "../../shared/protocol/messages.ts";
 import type { StepMetrics } from "../../shared/protocol/metrics.ts";
 import { createTransport } from "../../shared/transport/index.ts";
@@ -283,6 +284,32 @@ describe("runTrainer on the local transport with a tiny model", () => {
     const ledger = await readLedger(transport.store("checkpoints"), 2);
     expect(ledger?.totals["totals/stale_dropped"]).toBe(24);
     expect(ledger?.totals["totals/trajectories"]).toBe(8);
+  });
+
+  it("reports rollout/trainer log-prob agreement on tokens of the trainer's own version", async () => {
+    // behaviour log-probs computed by the very weights the trainer starts from: the gap must vanish
+    const base = createPolicy(TINY_MODEL, 1);
+    const temperature = config().rollout.temperature;
+    const exact = batchOf(0).map((t) => {
+      const logp = base.logProbs([Int32Array.from(t.tokenIds)], temperature)[0]!;
+      return { ...t, logprobs: t.lossMask.map((m, i) => (m ? (logp[i] as number) : 0)) };
+    });
+    base.dispose();
+    await deliver(transport, exact);
+    const lines: StepMetrics[] = [];
+    await runTrainer(config(), transport, { waitSeconds: 0, maxStepsThisRun: 1, metrics: (l) => void lines.push(l) });
+    expect(lines[0]?.metrics["policy/logp_gap_fresh"]).toBeLessThan(1e-4);
+    expect(lines[0]?.metrics["policy/clip_frac"]).toBe(0);
+    // the synthetic -5.7 log-probs of the other tests are measurably off
+    // (the trainer is at v1 now, so these claim version 1 to count as its own)
+    await deliver(
+      transport,
+      ["late0", "late1"].flatMap((g) =>
+        [0, 1].map((sample) => fakeTrajectory("tr", g, sample, sample, { tokenVersion: 1 })),
+      ),
+    );
+    await runTrainer(config(), transport, { waitSeconds: 0, maxStepsThisRun: 1, metrics: (l) => void lines.push(l) });
+    expect(lines[1]?.metrics["policy/logp_gap_fresh"]).toBeGreaterThan(1e-3);
   });
 
   it("rejects malformed events with the failing field and trains the rest", async () => {

@@ -216,9 +216,10 @@ export async function runTrainer(
         refLogp: refLogp?.[i],
         advantages: row.advantages,
         lossMask: row.lossMask,
+        fresh: row.fresh,
       };
     });
-    const sums = { pg: 0, kl: 0, clipped: 0, approxKl: 0 };
+    const sums = { pg: 0, kl: 0, clipped: 0, approxKl: 0, gap: 0, fresh: 0 };
     let loss = 0;
     let gradNorm = 0;
     let skipped = 0;
@@ -258,11 +259,25 @@ export async function runTrainer(
             params,
             batch.tokens,
           );
-          const stats = tf.stack([terms.pgSum, terms.klSum, terms.clippedCount, terms.approxKlSum]).dataSync();
+          // rollout/trainer agreement: |trainer logp - behaviour logp| on tokens of the trainer's own version
+          const fresh = padRows(
+            picked.map((p) => p.fresh),
+            width,
+          );
+          const behaviour = padRows(
+            picked.map((p) => p.oldLogp),
+            width,
+          );
+          const gap = tf.sum(tf.mul(tf.abs(tf.sub(logp, behaviour)), fresh));
+          const stats = tf
+            .stack([terms.pgSum, terms.klSum, terms.clippedCount, terms.approxKlSum, gap, tf.sum(fresh)])
+            .dataSync();
           sums.pg += stats[0] as number;
           sums.kl += stats[1] as number;
           sums.clipped += stats[2] as number;
           sums.approxKl += stats[3] as number;
+          sums.gap += stats[4] as number;
+          sums.fresh += stats[5] as number;
           return terms.loss;
         });
         loss = result.loss;
@@ -303,6 +318,7 @@ export async function runTrainer(
       "policy/clip_frac": sums.clipped / tokens,
       "policy/approx_kl": sums.approxKl / tokens,
       "policy/grad_norm": gradNorm,
+      "policy/logp_gap_fresh": sums.fresh > 0 ? sums.gap / sums.fresh : 0,
       "policy/step_skipped": skipped,
       ...batch.metrics,
       "rollout/trajectories": trajectories.length,
