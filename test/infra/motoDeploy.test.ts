@@ -1,10 +1,13 @@
+import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import {
   CloudFormationClient,
   CreateStackCommand,
   DescribeStackResourcesCommand,
   DescribeStacksCommand,
 } from "@aws-sdk/client-cloudformation";
-import { GetObjectCommand, PutObjectCommand, S3Client } from "@aws-sdk/client-s3";
+import { GetObjectCommand, ListObjectsV2Command, PutObjectCommand, S3Client } from "@aws-sdk/client-s3";
 import {
   DeleteMessageCommand,
   GetQueueAttributesCommand,
@@ -16,6 +19,8 @@ import {
 import { DefaultStackSynthesizer } from "aws-cdk-lib";
 import { Template } from "aws-cdk-lib/assertions";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { s3Uploader } from "../../functions/sweep/run.ts";
+import { expandGrid, parseSweepSpec } from "../../functions/sweep/spec.ts";
 import { messagingPropsFor } from "../../infra/agentRlApp.ts";
 import { MessagingStack } from "../../infra/stacks/messagingStack.ts";
 import { StoresStack } from "../../infra/stacks/storesStack.ts";
@@ -130,5 +135,25 @@ describe("stores + messaging stacks deployed into moto CloudFormation", () => {
     await s3.send(new PutObjectCommand({ Bucket: bucket, Key: key, Body: body }));
     const got = await s3.send(new GetObjectCommand({ Bucket: bucket, Key: key }));
     expect(await got.Body?.transformToString()).toBe(body);
+  });
+
+  it("uploads a sweep point's folder into the deployed checkpoint bucket under sweeps/<name>/<point>/", async () => {
+    const bucket = physicalId("StoresCheckpoints");
+    const spec = parseSweepSpec({ name: "up", grid: { "trainer.maxSteps": [2] } });
+    const [point] = expandGrid(spec);
+    if (!point) throw new Error("no grid point");
+    const dir = mkdtempSync(join(tmpdir(), "agentrl-upload-"));
+    mkdirSync(join(dir, "runs"), { recursive: true });
+    writeFileSync(join(dir, "config.json"), "{}");
+    writeFileSync(join(dir, "runs", "metrics.jsonl"), '{"step":1}\n');
+    await s3Uploader(spec, { bucket, endpoint: moto.endpoint, region: "us-east-1" })(point, dir, [
+      "config.json",
+      join("runs", "metrics.jsonl"),
+    ]);
+    const listed = await s3.send(new ListObjectsV2Command({ Bucket: bucket, Prefix: "sweeps/up/" }));
+    expect((listed.Contents ?? []).map((o) => o.Key).sort()).toEqual([
+      "sweeps/up/up-0/config.json",
+      "sweeps/up/up-0/runs/metrics.jsonl",
+    ]);
   });
 });
