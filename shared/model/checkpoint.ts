@@ -16,6 +16,8 @@ export const CHECKPOINT_PREFIX = "policies/";
 
 /** Files of one version, besides the manifest that lists them. */
 export const CHECKPOINT_FILES = ["config.json", "tokenizer.json", "weights.safetensors"] as const;
+/** Optional file: Adam moments (`m.<param>`, `v.<param>`, metadata `t`), written when asked for. */
+export const OPTIMIZER_FILE = "optimizer.safetensors";
 
 /** The manifest written last under policies/v{N}/: a version exists exactly when its manifest does. */
 export const CheckpointManifest = z
@@ -30,7 +32,7 @@ export const CheckpointManifest = z
     files: z.array(
       z
         .object({
-          name: z.enum(CHECKPOINT_FILES),
+          name: z.enum([...CHECKPOINT_FILES, OPTIMIZER_FILE]),
           size: z.number().int().min(0),
           sha256: z.string().regex(/^[0-9a-f]{64}$/),
         })
@@ -61,6 +63,11 @@ export interface SaveCheckpointOptions {
   metrics?: Record<string, number>;
   /** The tokenizer.json text (Hugging Face format) the policy's token ids refer to. */
   tokenizerJson: string;
+  /**
+   * Also write the Adam moments (optimizer.safetensors, ~2x the weights) so a trainer resuming from
+   * this version continues the same update rule. @default false - a resumed trainer restarts Adam's moments
+   */
+  optimizerState?: boolean;
 }
 
 /**
@@ -91,6 +98,17 @@ export async function saveCheckpoint(
   for (const name of CHECKPOINT_FILES) {
     await store.put(`${prefix}${name}`, bodies[name]);
     files.push({ name, size: bodies[name].length, sha256: sha256(bodies[name]) });
+  }
+  const state = options.optimizerState ? policy.optimizerState() : undefined;
+  if (state) {
+    const moments = new Map<string, NamedTensor>();
+    for (const [name, variable] of policy.params) {
+      moments.set(`m.${name}`, { shape: variable.shape, data: state.m.get(name)! });
+      moments.set(`v.${name}`, { shape: variable.shape, data: state.v.get(name)! });
+    }
+    const body = encodeSafetensors(moments, { t: String(state.t) });
+    await store.put(`${prefix}${OPTIMIZER_FILE}`, body);
+    files.push({ name: OPTIMIZER_FILE, size: body.length, sha256: sha256(body) });
   }
   const manifest = CheckpointManifest.parse({
     schemaVersion: CHECKPOINT_SCHEMA_VERSION,
@@ -163,7 +181,7 @@ export interface LoadedCheckpoint {
 
 /** Options for loadCheckpoint. */
 export interface LoadCheckpointOptions {
-  /** Load as a trainable policy (variables trainable, optimizer ready). @default false */
+  /** Load as a trainable policy (variables trainable; Adam moments restored when the version has them). @default false */
   trainable?: boolean;
   optimizer?: Partial<OptimizerOptions>;
 }
@@ -216,6 +234,27 @@ async function loadVersion(
     optimizer: options.optimizer,
   });
   policy.step = manifest.step;
+  const optimizerEntry = manifest.files.find((f) => f.name === OPTIMIZER_FILE);
+  if (policy.trainable && optimizerEntry) {
+    try {
+      const body = await store.get(`${prefix}${OPTIMIZER_FILE}`);
+      if (!body) throw new CheckpointError(`version ${version}: ${OPTIMIZER_FILE} is missing (torn version)`);
+      if (body.length !== optimizerEntry.size || sha256(body) !== optimizerEntry.sha256)
+        throw new CheckpointError(
+          `version ${version}: ${OPTIMIZER_FILE} does not match its manifest size/sha256 (torn version)`,
+        );
+      const { tensors, metadata } = decodeSafetensors(body);
+      const pick = (prefixName: string) =>
+        new Map(
+          [...policy.params.keys()].map((n) => [n, tensors.get(`${prefixName}.${n}`)?.data ?? new Float32Array(0)]),
+        );
+      policy.setOptimizerState({ t: Number(metadata.t), m: pick("m"), v: pick("v") });
+    } catch (error) {
+      policy.dispose();
+      if (error instanceof CheckpointError) throw error;
+      throw new CheckpointError(`version ${version}: ${OPTIMIZER_FILE}: ${(error as Error).message}`, { cause: error });
+    }
+  }
   return { policy, manifest, config, tokenizerJson: Buffer.from(bodies.get("tokenizer.json")!).toString("utf8") };
 }
 

@@ -16,6 +16,7 @@ export {
   listVersions,
   loadCheckpoint,
   newestVersion,
+  OPTIMIZER_FILE,
   readManifest,
   type SaveCheckpointOptions,
   saveCheckpoint,
@@ -30,6 +31,7 @@ export {
   DEFAULT_OPTIMIZER,
   ModelInputError,
   type OptimizerOptions,
+  type OptimizerState,
   parameterShapes,
   TransformerPolicy,
 } from "./transformer.ts";

@@ -28,6 +28,13 @@ export const DEFAULT_OPTIMIZER: OptimizerOptions = {
   microBatchTokens: 4096,
 };
 
+/** Adam's first and second moments per parameter, and the number of updates they hold. */
+export interface OptimizerState {
+  t: number;
+  m: ReadonlyMap<string, Float32Array>;
+  v: ReadonlyMap<string, Float32Array>;
+}
+
 /** Raised for sequences or tokens the model cannot take (empty, too long, outside the vocabulary). */
 export class ModelInputError extends AgentRlError {
   override readonly name = "ModelInputError";
@@ -119,6 +126,8 @@ export class TransformerPolicy implements InferencePolicy, TrainablePolicy {
   private readonly lmHead: tf.Variable;
   private adamM: Map<string, Float32Array> | undefined;
   private adamV: Map<string, Float32Array> | undefined;
+  /** Updates folded into adamM/adamV (bias correction); separate from `step`, which a checkpoint restores without moments. */
+  private adamT = 0;
   private disposed = false;
 
   constructor(
@@ -329,10 +338,12 @@ export class TransformerPolicy implements InferencePolicy, TrainablePolicy {
     if (!this.adamM || !this.adamV) {
       this.adamM = new Map([...grads].map(([n, g]) => [n, new Float32Array(g.length)]));
       this.adamV = new Map([...grads].map(([n, g]) => [n, new Float32Array(g.length)]));
+      this.adamT = 0;
     }
     this.step += 1;
-    const c1 = 1 - b1 ** this.step;
-    const c2 = 1 - b2 ** this.step;
+    this.adamT += 1;
+    const c1 = 1 - b1 ** this.adamT;
+    const c2 = 1 - b2 ** this.adamT;
     for (const [name, variable] of this.params) {
       const g = grads.get(name)!;
       const m = this.adamM.get(name)!;
@@ -350,6 +361,33 @@ export class TransformerPolicy implements InferencePolicy, TrainablePolicy {
       t.dispose();
     }
     return gradNorm;
+  }
+
+  /** Adam moments and their update count, or undefined before the first step. */
+  optimizerState(): OptimizerState | undefined {
+    if (!this.adamM || !this.adamV) return undefined;
+    return { t: this.adamT, m: new Map(this.adamM), v: new Map(this.adamV) };
+  }
+
+  /** Restores Adam moments (e.g. from a checkpoint) so a resumed run continues the same update rule. */
+  setOptimizerState(state: OptimizerState): void {
+    for (const [name, variable] of this.params) {
+      for (const [which, map] of [
+        ["m", state.m],
+        ["v", state.v],
+      ] as const) {
+        const value = map.get(name);
+        if (!value || value.length !== variable.size)
+          throw new ModelInputError(
+            `optimizer state ${which}.${name}: expected ${variable.size} values, got ${value?.length ?? "none"}`,
+          );
+      }
+    }
+    if (!Number.isInteger(state.t) || state.t < 1)
+      throw new ModelInputError(`optimizer state t: ${state.t} is not allowed (must be an integer ≥ 1)`);
+    this.adamM = new Map([...this.params.keys()].map((n) => [n, Float32Array.from(state.m.get(n)!)]));
+    this.adamV = new Map([...this.params.keys()].map((n) => [n, Float32Array.from(state.v.get(n)!)]));
+    this.adamT = state.t;
   }
 
   /** Current parameter values, copied out (checkpoint order). */

@@ -1,3 +1,4 @@
+import * as tf from "@tensorflow/tfjs";
 import { beforeAll, describe, expect, it } from "vitest";
 import {
   CheckpointError,
@@ -8,6 +9,7 @@ import {
   listVersions,
   loadCheckpoint,
   newestVersion,
+  OPTIMIZER_FILE,
   readManifest,
   SafetensorsError,
   saveCheckpoint,
@@ -93,6 +95,40 @@ describe("checkpoints", () => {
     expect(trainable.policy.trainable).toBe(true);
     expect(trainable.policy.step).toBe(10);
     for (const p of [policy, loaded.policy, trainable.policy]) p.dispose();
+  });
+
+  it("resumes Adam exactly when the optimizer state is saved, and restarts it cleanly when not", async () => {
+    const store = new MemoryStore();
+    const lr = 1e-3;
+    const policy = createPolicy(SMALL, 6, { optimizer: { learningRate: lr } });
+    const seqs = [tokens(16, 1), tokens(9, 2)];
+    const loss = (logp: tf.Tensor2D) => tf.div(tf.neg(tf.sum(logp)), 23) as tf.Scalar;
+    policy.trainStep(seqs, 1, loss);
+    policy.trainStep(seqs, 1, loss);
+    const withState = await saveCheckpoint(store, policy, {
+      version: 1,
+      step: 2,
+      parent: 0,
+      tokenizerJson: TOKENIZER,
+      optimizerState: true,
+    });
+    expect(withState.files.map((f) => f.name)).toContain(OPTIMIZER_FILE);
+    await saveCheckpoint(store, policy, { version: 2, step: 2, parent: 0, tokenizerJson: TOKENIZER });
+    const resumed = (await loadCheckpoint(store, 1, { trainable: true, optimizer: { learningRate: lr } })).policy;
+    policy.trainStep(seqs, 1, loss);
+    resumed.trainStep(seqs, 1, loss);
+    const expected = policy.values();
+    for (const [name, w] of resumed.values()) expect(w, name).toEqual(expected.get(name));
+    // Without saved moments the first update is a fresh Adam step: at most the learning rate per weight.
+    const fresh = (await loadCheckpoint(store, 2, { trainable: true, optimizer: { learningRate: lr } })).policy;
+    const before = fresh.values();
+    fresh.trainStep(seqs, 1, loss);
+    let maxDelta = 0;
+    for (const [name, w] of fresh.values())
+      w.forEach((x, i) => (maxDelta = Math.max(maxDelta, Math.abs(x - before.get(name)![i]!))));
+    expect(maxDelta).toBeGreaterThan(lr / 2);
+    expect(maxDelta).toBeLessThanOrEqual(lr * 1.001);
+    for (const p of [policy, resumed, fresh]) p.dispose();
   });
 
   it("never overwrites a published version", async () => {
