@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { type ExperimentRunner, runSweep } from "../../functions/sweep/run.ts";
-import { expandGrid, parseSweepSpec, type SweepSpecInput } from "../../functions/sweep/spec.ts";
+import { expandGrid, loadSweepSpec, parseSweepSpec, type SweepSpecInput } from "../../functions/sweep/spec.ts";
 import { ValidationError } from "../../shared/errors.ts";
 import { REPOSITORY_ROOT } from "./synth.ts";
 
@@ -52,6 +52,12 @@ describe("expandGrid", () => {
     expect(() => parseSweepSpec({ ...spec, schedule: "every day" })).toThrow(/schedule: must be rate/);
     expect(() => parseSweepSpec({ ...spec, name: "Bad Name" })).toThrow(/name: lowercase/);
     expect(() => parseSweepSpec({ ...spec, grid: { experimentId: ["a"] } })).toThrow(/experimentId is set per grid/);
+  });
+
+  it("the shipped example sweep is valid and schedulable", async () => {
+    const example = await loadSweepSpec(join(REPOSITORY_ROOT, "infra/examples/sweep-lr.yaml"));
+    expect(example.schedule).toBe("cron(0 3 ? * MON *)");
+    expect(expandGrid(example).map((p) => p.id)).toEqual(["lr-0", "lr-1", "lr-2", "lr-3"]);
   });
 
   it("refuses grids past the point limit", () => {
