@@ -124,8 +124,10 @@ describe("checkpoints", () => {
     const before = fresh.values();
     fresh.trainStep(seqs, 1, loss);
     let maxDelta = 0;
-    for (const [name, w] of fresh.values())
-      w.forEach((x, i) => (maxDelta = Math.max(maxDelta, Math.abs(x - before.get(name)![i]!))));
+    for (const [name, w] of fresh.values()) {
+      const old = before.get(name)!;
+      for (let i = 0; i < w.length; i++) maxDelta = Math.max(maxDelta, Math.abs(w[i]! - old[i]!));
+    }
     expect(maxDelta).toBeGreaterThan(lr / 2);
     expect(maxDelta).toBeLessThanOrEqual(lr * 1.001);
     for (const p of [policy, resumed, fresh]) p.dispose();
