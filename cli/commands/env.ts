@@ -74,7 +74,8 @@ export function register(program: Command): void {
         const statuses: Record<string, number> = {};
         for (let index = range.start; index < range.start + count; index++) {
           const run = await runScripted(module.task, index, agent);
-          if (run.status === "completed" && run.reward > 0) successes += 1;
+          // Success means the task fully solved (reward 1): a partial WebShop purchase is not a success.
+          if (run.status === "completed" && run.reward >= 1) successes += 1;
           rewardSum += run.reward;
           turnSum += run.turns;
           statuses[run.status] = (statuses[run.status] ?? 0) + 1;

@@ -29,6 +29,8 @@ interface Running {
   readonly exited: Promise<RoleExit>;
   /** URL from the role's `{"event":"listening","url":...}` stdout line (servers announce their port this way). */
   readonly listening: Promise<string>;
+  /** Set when we stop it on purpose, so its exit is not reported as a failure. */
+  stopped: boolean;
 }
 
 /**
@@ -54,7 +56,8 @@ export class Supervisor {
 
   /** Starts a role; its exit while the run is going (non-primary, or primary with an error) is reported by `failure()`. */
   start(spec: RoleSpec): ChildProcess {
-    if (this.running.some((r) => r.spec.name === spec.name)) throw new Error(`role ${spec.name} already started`);
+    if (this.running.some((r) => r.spec.name === spec.name && r.child.exitCode === null && r.child.signalCode === null))
+      throw new Error(`role ${spec.name} is already running`);
     const log = createWriteStream(join(this.runDir, "logs", `${spec.name}.log`), { flags: "a" });
     const child = spawn(process.execPath, [AGENTRL_BIN, ...spec.args], {
       env: { ...this.baseEnv, ...spec.env },
@@ -83,17 +86,18 @@ export class Supervisor {
     const exited = new Promise<RoleExit>((resolve) => {
       child.once("exit", (code, signal) => {
         const exit = { name: spec.name, code, signal };
-        if (!this.stopping && !(spec.primary && code === 0)) this.reportUnexpected(exit);
+        const stoppedOnPurpose = this.stopping || this.running.find((r) => r.child === child)?.stopped;
+        if (!stoppedOnPurpose && !(spec.primary && code === 0)) this.reportUnexpected(exit);
         resolve(exit);
       });
     });
-    this.running.push({ spec, child, log, exited, listening });
+    this.running.push({ spec, child, log, exited, listening, stopped: false });
     return child;
   }
 
   /** Resolves with the URL a server role announced on stdout; rejects if it exits first or after `timeoutMs`. */
   async urlOf(name: string, timeoutMs = 60_000): Promise<string> {
-    const role = this.running.find((r) => r.spec.name === name);
+    const role = this.running.findLast((r) => r.spec.name === name);
     if (!role) throw new Error(`no role ${name}`);
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<never>((_, reject) => {
@@ -121,22 +125,33 @@ export class Supervisor {
 
   /** Resolves when the named role exits. */
   exitOf(name: string): Promise<RoleExit> {
-    const role = this.running.find((r) => r.spec.name === name);
+    const role = this.running.findLast((r) => r.spec.name === name);
     if (!role) throw new Error(`no role ${name}`);
     return role.exited;
+  }
+
+  /** Stops one role on purpose (SIGTERM, SIGKILL after `graceMs`); its exit is not a failure. */
+  async stop(name: string, graceMs = 5_000): Promise<RoleExit> {
+    const role = this.running.findLast((r) => r.spec.name === name);
+    if (!role) throw new Error(`no role ${name}`);
+    return this.terminate(role, graceMs);
+  }
+
+  private async terminate(role: Running, graceMs: number): Promise<RoleExit> {
+    role.stopped = true;
+    if (role.child.exitCode === null && role.child.signalCode === null) role.child.kill("SIGTERM");
+    const timer = setTimeout(() => role.child.kill("SIGKILL"), graceMs);
+    const exit = await role.exited;
+    clearTimeout(timer);
+    if (!role.log.writableEnded) role.log.end();
+    return exit;
   }
 
   /** Stops every role (idempotent): SIGTERM in reverse order, SIGKILL after `graceMs`. */
   async stopAll(graceMs = 5_000): Promise<RoleExit[]> {
     this.stopping = true;
     const exits: RoleExit[] = [];
-    for (const role of [...this.running].reverse()) {
-      if (role.child.exitCode === null && role.child.signalCode === null) role.child.kill("SIGTERM");
-      const timer = setTimeout(() => role.child.kill("SIGKILL"), graceMs);
-      exits.push(await role.exited);
-      clearTimeout(timer);
-      role.log.end();
-    }
+    for (const role of [...this.running].reverse()) exits.push(await this.terminate(role, graceMs));
     return exits;
   }
 }

@@ -1,0 +1,233 @@
+import { existsSync, mkdirSync, writeFileSync } from "node:fs";
+import { readFile } from "node:fs/promises";
+import { join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import type { ExperimentConfig } from "../../shared/config/index.ts";
+import { createLogger, type Logger } from "../../shared/log.ts";
+import { CHECKPOINT_PREFIX, newestVersion, versionPrefix } from "../../shared/model/checkpoint.ts";
+import type { EvalReport, StepMetrics } from "../../shared/protocol/metrics.ts";
+import { createTransport } from "../../shared/transport/index.ts";
+import { LocalObjectStore } from "../../shared/transport/local.ts";
+import type { ObjectStore } from "../../shared/transport/types.ts";
+import { evalTableMarkdown, readMetrics, writeRunReport } from "../report/report.ts";
+import { evalTasks, runEval } from "./eval.ts";
+import { startPolicyServer } from "./policy.ts";
+import type { ProgressView } from "./progress.ts";
+import { startEnvStack } from "./stack.ts";
+import { Supervisor } from "./supervisor.ts";
+
+/** The committed warm-up checkpoint (policies/v0/), imported when a run's store has no version. */
+export const BASE_CHECKPOINT_DIR = fileURLToPath(new URL("../../trainer-image/base-policy", import.meta.url));
+
+export interface PipelineOptions {
+  readonly config: ExperimentConfig;
+  /** Folder of this run: config.json, logs/, metrics.jsonl, eval-*.json, report.html (and the local transport). */
+  readonly runDir: string;
+  /** Folder laid out as a store holding policies/v0/; imported when the checkpoint store is empty. */
+  readonly baseCheckpoint?: string;
+  /** Held-out instances per task for the closing base-vs-newest evaluation; 0 skips it. */
+  readonly evalInstances: number;
+  /** Ctrl-C: stops every role cleanly and writes the report of what ran. */
+  readonly signal?: AbortSignal;
+  readonly log?: Logger;
+  readonly progress?: ProgressView;
+}
+
+export interface PipelineResult {
+  readonly runDir: string;
+  readonly reportFile: string;
+  readonly steps: number;
+  readonly newestVersion: number | undefined;
+  readonly evals: EvalReport[];
+  readonly interrupted: boolean;
+}
+
+/**
+ * Runs one experiment with every role as a child process: controller and env workers, policy
+ * servers (current, and stale when cross-policy sampling uses it), trainer, feeder and rollout
+ * workers, on the configured transport (local directory + SQLite by default, or SQS/S3 at an
+ * endpoint). Ends when the trainer has run `trainer.maxSteps`, then evaluates the base and the
+ * newest version on held-out instances and writes the report.
+ */
+export async function runPipeline(options: PipelineOptions): Promise<PipelineResult> {
+  const runDir = resolve(options.runDir);
+  mkdirSync(runDir, { recursive: true });
+  const config = withRunTransport(options.config, runDir);
+  const configFile = join(runDir, "config.json");
+  writeFileSync(configFile, `${JSON.stringify(config, null, 2)}\n`);
+  const log = options.log ?? createLogger({ role: "pipeline", experimentId: config.experimentId });
+  const started = Date.now();
+
+  const transport = await createTransport(config.transport);
+  const checkpoints = transport.store("checkpoints");
+  const supervisor = new Supervisor(runDir);
+  const abort = () => void supervisor.stopAll();
+  options.signal?.addEventListener("abort", abort, { once: true });
+  let interrupted = false;
+  const evals: EvalReport[] = [];
+  try {
+    const baseVersion = await ensureBaseVersion(checkpoints, options.baseCheckpoint, supervisor, configFile, log);
+    const controllerUrl = await startEnvStack(supervisor, {
+      ...(config.tasks.controllerUrl ? { controllerUrl: config.tasks.controllerUrl } : {}),
+      tasks: config.tasks.mix.map((t) => ({ name: t.name, concurrency: t.concurrency })),
+    });
+    const currentUrl = await startPolicyServer(supervisor, { name: "policy-current", configFile, pool: "current" });
+    const cross = config.rollout.crossPolicy;
+    const staleUrl =
+      cross.enabled && cross.staleProbability > 0
+        ? await startPolicyServer(supervisor, { name: "policy-stale", configFile, pool: "stale" })
+        : undefined;
+    const metricsFile = join(runDir, "metrics.jsonl");
+    supervisor.start({
+      name: "trainer",
+      args: ["trainer", "--config", configFile, "--metrics", metricsFile],
+      primary: true,
+    });
+    supervisor.start({ name: "feeder", args: ["feeder", "--config", configFile] });
+    for (let i = 0; i < config.rollout.workers; i++) {
+      const urls = ["--controller-url", controllerUrl, "--current-url", currentUrl];
+      if (staleUrl) urls.push("--stale-url", staleUrl);
+      supervisor.start({ name: `rollout-${i}`, args: ["rollout", "--config", configFile, ...urls] });
+    }
+    log.info({ runDir, controllerUrl, currentUrl, staleUrl }, "pipeline running");
+    options.progress?.start(config);
+    const watcher = watchMetrics(metricsFile, (records) => options.progress?.update(records));
+    try {
+      await supervisor.guard(supervisorExitOrAbort(supervisor, options.signal));
+    } finally {
+      watcher.stop();
+      options.progress?.update(await readMetrics(metricsFile));
+      options.progress?.stop();
+    }
+    interrupted = options.signal?.aborted ?? false;
+    if (!interrupted) {
+      for (const role of ["feeder", ...Array.from({ length: config.rollout.workers }, (_, i) => `rollout-${i}`)])
+        await supervisor.stop(role);
+      await supervisor.stop("policy-current");
+      if (staleUrl) await supervisor.stop("policy-stale");
+      const newest = await newestVersion(checkpoints);
+      if (options.evalInstances > 0 && newest !== undefined) {
+        const tasks = await evalTasks(
+          config.tasks.mix.map((t) => t.name),
+          "test",
+          options.evalInstances,
+        );
+        for (const version of newest === baseVersion ? [baseVersion] : [baseVersion, newest]) {
+          const policyUrl = await startPolicyServer(supervisor, {
+            name: `policy-eval-v${version}`,
+            configFile,
+            pool: "pinned",
+            version,
+          });
+          evals.push(
+            await supervisor.guard(
+              runEval({
+                controllerUrl,
+                policyUrl,
+                label: version === baseVersion ? `v${version} (base)` : `v${version}`,
+                tasks,
+                split: "test",
+                maxTokensPerTurn: config.rollout.maxTokensPerTurn,
+                concurrency: 16,
+                outDir: runDir,
+                log,
+              }),
+            ),
+          );
+          await supervisor.stop(`policy-eval-v${version}`);
+        }
+      }
+    }
+  } finally {
+    options.signal?.removeEventListener("abort", abort);
+    await supervisor.stopAll();
+    await transport.close();
+  }
+  const records = await readMetrics(join(runDir, "metrics.jsonl"));
+  const newest = records.at(-1)?.version;
+  const reportFile = await writeRunReport(runDir, evals, [
+    ["experiment", config.experimentId],
+    ["mode", config.trainer.mode],
+    ["tasks", config.tasks.mix.map((t) => t.name).join(", ")],
+    ["trainer steps", `${records.length} of ${config.trainer.maxSteps}${interrupted ? " (interrupted)" : ""}`],
+    ["newest version", newest === undefined ? "none" : `v${newest}`],
+    ["wall time", `${((Date.now() - started) / 60_000).toFixed(1)} min`],
+    [
+      "transport",
+      config.transport.kind === "local"
+        ? `local (${config.transport.localDir})`
+        : `aws (${config.transport.endpoint ?? "AWS"})`,
+    ],
+  ]);
+  if (evals.length > 0) writeFileSync(join(runDir, "eval.md"), `${evalTableMarkdown(evals)}\n`);
+  return { runDir, reportFile, steps: records.length, newestVersion: newest, evals, interrupted };
+}
+
+/** The local transport of a run lives in its folder unless the config names another place. */
+export function withRunTransport(config: ExperimentConfig, runDir: string): ExperimentConfig {
+  if (config.transport.kind !== "local" || config.transport.localDir !== ".agentrl/transport") return config;
+  return { ...config, transport: { ...config.transport, localDir: join(runDir, "transport") } };
+}
+
+/** Makes sure version 0 (or some version) exists: import the committed base, else run the SFT warm-up. */
+async function ensureBaseVersion(
+  store: ObjectStore,
+  baseCheckpoint: string | undefined,
+  supervisor: Supervisor,
+  configFile: string,
+  log: Logger,
+): Promise<number> {
+  const existing = await newestVersion(store);
+  if (existing !== undefined) return (await listBaseVersion(store)) ?? existing;
+  if (baseCheckpoint && existsSync(baseCheckpoint)) {
+    await copyVersion(new LocalObjectStore(baseCheckpoint), store, 0);
+    log.info({ from: baseCheckpoint }, "imported the base checkpoint as v0");
+    return 0;
+  }
+  log.info("no base checkpoint: running the SFT warm-up (agentrl sft --store)");
+  supervisor.start({ name: "sft", args: ["sft", "--store", "--config", configFile], primary: true });
+  const exit = await supervisor.guard(supervisor.exitOf("sft"));
+  if (exit.code !== 0) throw new Error(`sft failed (code ${exit.code}); see logs/sft.log`);
+  return 0;
+}
+
+async function listBaseVersion(store: ObjectStore): Promise<number | undefined> {
+  const keys = await store.list(`${versionPrefix(0)}manifest.json`);
+  return keys.length > 0 ? 0 : undefined;
+}
+
+/** Copies policies/v{version}/ between stores, manifest last, so the copy becomes visible only when complete. */
+export async function copyVersion(from: ObjectStore, to: ObjectStore, version: number): Promise<void> {
+  const prefix = versionPrefix(version);
+  const objects = await from.list(prefix);
+  if (!objects.some((o) => o.key === `${prefix}manifest.json`))
+    throw new Error(`no complete checkpoint ${prefix} under ${CHECKPOINT_PREFIX} to copy`);
+  for (const object of objects.filter((o) => !o.key.endsWith("manifest.json"))) {
+    const body = await from.get(object.key);
+    if (body) await to.put(object.key, body);
+  }
+  const manifest = await from.get(`${prefix}manifest.json`);
+  if (manifest) await to.putIfAbsent(`${prefix}manifest.json`, manifest);
+}
+
+function supervisorExitOrAbort(supervisor: Supervisor, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve) => {
+    void supervisor.exitOf("trainer").then(() => resolve());
+    signal?.addEventListener("abort", () => resolve(), { once: true });
+  });
+}
+
+/** Re-reads metrics.jsonl every 2 s and hands the records to `onRecords`. */
+function watchMetrics(file: string, onRecords: (records: StepMetrics[]) => void): { stop(): void } {
+  let last = "";
+  const timer = setInterval(() => {
+    void readFile(file, "utf8")
+      .then(async (text) => {
+        if (text === last) return;
+        last = text;
+        onRecords(await readMetrics(file));
+      })
+      .catch(() => {});
+  }, 2_000);
+  return { stop: () => clearInterval(timer) };
+}
