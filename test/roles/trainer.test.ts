@@ -6,6 +6,7 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { type ExperimentConfigInput, parseConfig } from "../../shared/config/index.ts";
 import { listVersions } from "../../shared/model/checkpoint.ts";
 import { createPolicy } from "../../shared/model/transformer.ts";
+import type { TrainablePolicy } from "../../shared/model/types.ts";
 import { PolicyPublished, type TrajectoryReady } from "../../shared/protocol/messages.ts";
 import type { StepMetrics } from "../../shared/protocol/metrics.ts";
 import { createTransport } from "../../shared/transport/index.ts";
@@ -310,6 +311,41 @@ describe("runTrainer on the local transport with a tiny model", () => {
     );
     await runTrainer(config(), transport, { waitSeconds: 0, maxStepsThisRun: 1, metrics: (l) => void lines.push(l) });
     expect(lines[1]?.metrics["policy/logp_gap_fresh"]).toBeGreaterThan(1e-3);
+  });
+
+  it("moves the policy toward rewarded trajectories and away from punished ones", async () => {
+    // every group: sample 0 is sequence X (reward 1), sample 1 is sequence Y (reward -0.2)
+    const x = fakeTrajectory("tr", "x", 0, 1, { seed: 11 });
+    const y = fakeTrajectory("tr", "y", 1, -0.2, { seed: 12 });
+    const groupAt = (step: number, g: number) =>
+      [x, y].map((t, sample) => ({
+        ...t,
+        groupId: `l${step}g${g}`,
+        trajectoryId: `l${step}g${g}-s${sample}`,
+        sample,
+        policyVersion: t.policyVersion.map((v) => (v >= 0 ? step : -1)),
+      }));
+    const temperature = config().rollout.temperature;
+    const generatedLogp = (policy: Pick<TrainablePolicy, "logProbs">, t: typeof x) => {
+      const logp = policy.logProbs([Int32Array.from(t.tokenIds)], temperature)[0]!;
+      return t.lossMask.reduce<number>((sum, m, i) => sum + (m ? (logp[i] as number) : 0), 0);
+    };
+    const base = createPolicy(TINY_MODEL, 1);
+    const before = { x: generatedLogp(base, x), y: generatedLogp(base, y) };
+    base.dispose();
+    await deliver(transport, [...groupAt(0, 0), ...groupAt(0, 1)]);
+    await runTrainer(config(), transport, {
+      waitSeconds: 0,
+      onStep: (info) => {
+        if (info.step < 3) void deliver(transport, [...groupAt(info.step, 0), ...groupAt(info.step, 1)]);
+      },
+    });
+    const { loadCheckpoint } = await import("../../shared/model/checkpoint.ts");
+    const trained = (await loadCheckpoint(transport.store("checkpoints"), 3)).policy;
+    const after = { x: generatedLogp(trained, x), y: generatedLogp(trained, y) };
+    trained.dispose();
+    expect(after.x).toBeGreaterThan(before.x + 0.1);
+    expect(after.y).toBeLessThan(before.y - 0.1);
   });
 
   it("rejects malformed events with the failing field and trains the rest", async () => {
