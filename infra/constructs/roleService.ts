@@ -251,7 +251,6 @@ export class RoleService extends Construct {
         { lower: per, change: +1 },
         { lower: per * 4, change: +3 },
       ],
-      adjustmentType: undefined,
       cooldown: Duration.minutes(2),
     });
   }
