@@ -183,6 +183,13 @@ export class KvDecoder implements Decoder {
     return this.slotState(slot).length;
   }
 
+  /** The current policy, refusing one disposed while this decoder still uses it (a caller bug worth naming). */
+  private livePolicy(): TransformerPolicy {
+    if (this.policy.isDisposed)
+      throw new DecoderError(`policy version ${this.policy.version} was disposed while this decoder still uses it`);
+    return this.policy;
+  }
+
   private slotState(slot: number): SlotState {
     const state = Number.isInteger(slot) ? this.slots[slot] : undefined;
     if (!state) throw new DecoderError(`slot ${slot} is not in use (capacity ${this.capacity})`);
@@ -204,7 +211,7 @@ export class KvDecoder implements Decoder {
   }
 
   add(prompt: readonly number[]): { slot: number; logits: Float32Array } {
-    const policy = this.policy;
+    const policy = this.livePolicy();
     policy.validateTokens(prompt, "prompt");
     const slot = this.slots.indexOf(undefined);
     if (slot < 0) throw new DecoderError(`no free slot: all ${this.capacity} are in use`);
@@ -245,7 +252,7 @@ export class KvDecoder implements Decoder {
     if (slots.length !== tokens.length)
       throw new DecoderError(`step: ${slots.length} slots but ${tokens.length} tokens (one token per slot)`);
     if (slots.length === 0) return [];
-    const policy = this.policy;
+    const policy = this.livePolicy();
     const { dims, rope, config } = policy;
     const seen = new Set<number>();
     const states = slots.map((slot, i) => {
@@ -297,6 +304,7 @@ export class KvDecoder implements Decoder {
 
   setPolicy(policy: InferencePolicy): void {
     if (!isTransformer(policy)) throw new DecoderError("setPolicy: expected a policy created by shared/model");
+    if (policy.isDisposed) throw new DecoderError(`setPolicy: policy version ${policy.version} is disposed`);
     const a = this.policy.config;
     const b = policy.config;
     for (const key of Object.keys(a) as Array<keyof typeof a>) {

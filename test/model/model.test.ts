@@ -288,6 +288,8 @@ describe("decoder", () => {
     decoder.step([full.slot], [1]);
     expect(() => decoder.step([full.slot], [1])).toThrow(/is full/);
     other.dispose();
+    expect(() => decoder.setPolicy(other)).toThrow(/is disposed/);
     policy.dispose();
+    expect(() => decoder.step([full.slot], [1])).toThrow(/was disposed while this decoder still uses it/);
   });
 });
