@@ -27,11 +27,16 @@ export function register(program: Command): void {
         process.once("SIGINT", () => stop.abort());
         process.once("SIGTERM", () => stop.abort());
         try {
-          const deps = await rolloutDepsFromUrls(config, transport, {
-            controller: options.controllerUrl,
-            current: options.currentUrl,
-            stale: options.staleUrl,
-          });
+          const deps = await rolloutDepsFromUrls(
+            config,
+            transport,
+            {
+              controller: options.controllerUrl,
+              current: options.currentUrl,
+              stale: options.staleUrl,
+            },
+            stop.signal,
+          );
           process.stdout.write(`${JSON.stringify({ event: "started", role: "rollout" })}\n`);
           const summary = await runRolloutWorker(config, transport, { ...deps, signal: stop.signal });
           process.stdout.write(`${JSON.stringify({ event: "stopped", role: "rollout", ...summary })}\n`);

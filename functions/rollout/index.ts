@@ -40,10 +40,11 @@ export async function rolloutDepsFromUrls(
   config: ExperimentConfig,
   transport: Transport,
   urls: PoolUrls & { readonly controller: string },
+  signal?: AbortSignal,
 ): Promise<Pick<RolloutWorkerOptions, "env" | "pool" | "codec">> {
   return {
     env: new ControllerClient({ baseUrl: urls.controller }),
     pool: new PolicyPool(config.rollout, urls),
-    codec: await loadCodec(transport.store("checkpoints")),
+    codec: await loadCodec(transport.store("checkpoints"), undefined, signal),
   };
 }
