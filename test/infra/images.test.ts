@@ -96,6 +96,8 @@ function runCmd(
   return new Promise((resolve) => child.once("exit", (status) => resolve({ status, stdout, stderr })));
 }
 
+// Each test starts several Node processes (tsx + a role) side by side; on a contended 2-core
+// machine that alone can take a minute, hence the longer per-test limits below.
 describe("images", () => {
   it("the core images exist, start the launcher that infra runs, and together serve every role", () => {
     const served = new Set<string>();
@@ -162,7 +164,7 @@ describe("images", () => {
       expect(run?.status, role).toBe(0);
       expect(run?.stdout, role).toContain("--config");
     });
-  });
+  }, 120_000);
 
   it("the controller and env workers (functions image and every env image) start and register", async () => {
     const functions = parseDockerfile("functions/Dockerfile").cmd;
@@ -212,5 +214,5 @@ describe("images", () => {
       await new Promise((r) => setTimeout(r, 200));
     }
     for (const task of expected) expect(workers).toContain(`"${task}"`);
-  });
+  }, 180_000);
 });
