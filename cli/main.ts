@@ -12,6 +12,7 @@ const COMMANDS: ReadonlyArray<() => Promise<{ register(program: Command): void }
   () => import("./commands/container.ts"),
   () => import("./commands/sweep.ts"),
   () => import("./commands/eval.ts"),
+  () => import("./commands/train.ts"),
   () => import("./commands/policy.ts"),
   () => import("./commands/sft.ts"),
   () => import("./commands/feeder.ts"),

@@ -18,7 +18,7 @@ export function stepLine(record: StepMetrics, maxSteps: number): string {
     .join(" ");
   const rate = m["throughput/trajectories_per_s"];
   return (
-    `step ${record.step + 1}/${maxSteps} v${record.version} ` +
+    `step ${record.step}/${maxSteps} v${record.version} ` +
     `${rate === undefined ? "" : `${rate.toFixed(2)} traj/s `}` +
     `loss ${fmt(m["loss/total"] ?? m["loss/policy"])} success: ${perTask} ` +
     `(${(record.elapsedSeconds / 60).toFixed(1)} min)`

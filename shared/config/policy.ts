@@ -34,7 +34,10 @@ export const PolicyConfig = z
     /** Most sequences decoded together in one step (continuous batching). */
     maxBatch: z.number().int().min(1).max(512).default(64).describe("continuous batching width"),
     /** Checkpoint to start from: `newest`, a version number, or a path to a local checkpoint folder. */
-    init: z.string().default("newest").describe("starting checkpoint"),
+    init: z
+      .union([z.string().min(1), z.number().int().nonnegative().transform(String)])
+      .default("newest")
+      .describe("starting checkpoint"),
   })
   .strict();
 export type PolicyConfig = z.infer<typeof PolicyConfig>;

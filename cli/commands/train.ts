@@ -1,0 +1,106 @@
+import { join, resolve } from "node:path";
+import { type Command, InvalidArgumentError } from "commander";
+import type { ExperimentConfig } from "../../shared/config/index.ts";
+import { parseConfig } from "../../shared/config/index.ts";
+import { configFromOptions, withConfigOptions } from "../options.ts";
+import { evalTableMarkdown } from "../report/report.ts";
+import { BASE_CHECKPOINT_DIR, runPipeline } from "../run/pipeline.ts";
+import { createProgressView } from "../run/progress.ts";
+import { intOption } from "./controller.ts";
+
+/** Config of `npm start`: a short multi-task run sized for 2 CPU cores. */
+export const QUICKSTART_CONFIG = new URL("../../configs/quickstart.yaml", import.meta.url).pathname;
+
+interface TrainOptions {
+  config?: string;
+  set?: string[];
+  transport?: "local" | "aws";
+  endpoint?: string;
+  runDir?: string;
+  evalN: number;
+  base: string;
+}
+
+function addTrainOptions(command: Command): Command {
+  return withConfigOptions(command)
+    .option("--transport <kind>", "local (SQLite queue + directory store) or aws (SQS + S3)", transportOption)
+    .option("--endpoint <url>", "AWS-API endpoint (moto server, LocalStack); implies --transport aws")
+    .option("--run-dir <dir>", "folder of this run (default: <runDir>/<experimentId>-<time>)")
+    .option(
+      "--eval-n <n>",
+      "held-out instances per task for the closing evaluation (0 skips it)",
+      intOption("--eval-n", 0),
+      20,
+    )
+    .option("--base <dir>", "base checkpoint folder imported as v0 when the store is empty", BASE_CHECKPOINT_DIR);
+}
+
+/** Applies --transport/--endpoint on top of the config, re-validating the result. */
+function withTransportFlags(config: ExperimentConfig, options: TrainOptions): ExperimentConfig {
+  if (!options.transport && !options.endpoint) return config;
+  if (options.transport === "local" && options.endpoint)
+    throw new InvalidArgumentError("--endpoint needs --transport aws (or no --transport)");
+  return parseConfig({
+    ...config,
+    transport: {
+      ...config.transport,
+      kind: options.endpoint ? "aws" : options.transport,
+      ...(options.endpoint ? { endpoint: options.endpoint } : {}),
+    },
+  });
+}
+
+async function train(options: TrainOptions): Promise<void> {
+  const config = withTransportFlags(await configFromOptions(options), options);
+  const stamp = new Date().toISOString().replace(/[:.]/g, "-").slice(0, 19);
+  const runDir = resolve(options.runDir ?? join(config.runDir, `${config.experimentId}-${stamp}`));
+  const stop = new AbortController();
+  const onSignal = () => {
+    process.stderr.write("\nstopping every role (Ctrl-C again to force)…\n");
+    stop.abort();
+    process.once("SIGINT", () => process.exit(130));
+  };
+  process.once("SIGINT", onSignal);
+  process.once("SIGTERM", onSignal);
+  process.stderr.write(`run folder: ${runDir}\n`);
+  const result = await runPipeline({
+    config,
+    runDir,
+    baseCheckpoint: options.base,
+    evalInstances: options.evalN,
+    signal: stop.signal,
+    progress: createProgressView(),
+  });
+  const lines = [
+    result.interrupted ? `interrupted after ${result.steps} trainer steps` : `${result.steps} trainer steps`,
+  ];
+  if (result.evals.length > 0)
+    lines.push(
+      "",
+      `Test success (%), ${options.evalN} held-out instances per task:`,
+      "",
+      evalTableMarkdown(result.evals),
+    );
+  lines.push("", `report: ${result.reportFile}`);
+  process.stdout.write(`${lines.join("\n")}\n`);
+  if (result.interrupted) process.exitCode = 130;
+}
+
+/** `agentrl train` runs any experiment; `agentrl start` runs the quickstart (what `npm start` calls). */
+export function register(program: Command): void {
+  addTrainOptions(
+    program
+      .command("train")
+      .description("run an experiment: controller, env workers, policy servers, feeder, rollout workers and trainer"),
+  ).action(train);
+  addTrainOptions(
+    program
+      .command("start")
+      .description("the embedded default: a short multi-task run of the whole pipeline on this machine"),
+  ).action((options: TrainOptions) => train({ ...options, config: options.config ?? QUICKSTART_CONFIG }));
+}
+
+function transportOption(value: string): "local" | "aws" {
+  if (value === "local" || value === "aws") return value;
+  throw new InvalidArgumentError(`--transport must be "local" or "aws", got "${value}"`);
+}
