@@ -35,6 +35,8 @@ export const TrainerConfig = z
     groupTimeoutSeconds: z.number().positive().default(900).describe("wait for a group's last member (s)"),
     microBatchTokens: z.number().int().min(64).default(4096).describe("tokens per gradient micro-batch"),
     warmupFactor: z.number().min(1).default(1.7).describe("first step waits for this many batches"),
+    /** Store Adam moments with each version (optimizer.safetensors, ~2x the weights) so a resume continues exactly. */
+    saveOptimizerState: z.boolean().default(true).describe("checkpoint the Adam moments too"),
     checkpointEvery: z.number().int().min(1).default(1).describe("publish a version every N steps"),
   })
   .strict()

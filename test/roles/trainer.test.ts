@@ -269,6 +269,8 @@ describe("runTrainer on the local transport with a tiny model", () => {
     );
     expect(ledger?.totals["totals/trajectories"]).toBe(12);
     expect(await transport.queue("trajectories").approximateDepth()).toEqual({ visible: 0, inFlight: 0 });
+    // the optimizer state travels with each version, so the resume continued Adam where it was
+    expect(await transport.store("checkpoints").head("policies/v1/optimizer.safetensors")).toBeDefined();
   });
 
   it("honours the staleness bound across a resume and counts the drops exactly", async () => {

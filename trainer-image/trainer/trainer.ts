@@ -357,6 +357,7 @@ export async function runTrainer(
         parent: version,
         metrics: numeric,
         tokenizerJson: loaded.tokenizerJson,
+        optimizerState: trainer.saveOptimizerState,
       });
       const event: PolicyPublished = {
         schemaVersion: 1,
