@@ -11,6 +11,7 @@ export const TASK_MODULES: Readonly<Record<string, () => Promise<TaskModule>>> =
   os: () => import("./os/index.ts").then((m) => m.taskModule),
   kg: () => import("./kg/index.ts").then((m) => m.taskModule),
   webshop: () => import("./webshop/index.ts").then((m) => m.taskModule),
+  latency: () => import("./latency/index.ts").then((m) => m.taskModule),
 };
 
 export async function loadTaskModule(name: string): Promise<TaskModule> {
