@@ -1,9 +1,10 @@
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { applyOverride, envOverrides, loadConfig, parseConfig } from "../../shared/config/index.ts";
+import { configFields, configReferenceMarkdown } from "../../shared/config/reference.ts";
 import { ValidationError } from "../../shared/errors.ts";
 
 function issuesOf(fn: () => unknown): Array<{ path: string; message: string }> {
@@ -114,5 +115,18 @@ describe("agentrl config validate", () => {
     const resolved = JSON.parse(result.stdout) as { seed: number; trainer: { maxSteps: number } };
     expect(resolved.seed).toBe(7);
     expect(resolved.trainer.maxSteps).toBe(2);
+  });
+});
+
+describe("configuration reference", () => {
+  it("documents every field with a help text", () => {
+    const undocumented = configFields()
+      .filter((f) => f.description.trim() === "")
+      .map((f) => f.path);
+    expect(undocumented).toEqual([]);
+  });
+
+  it("is what docs/configuration.md holds (run `agentrl config docs > docs/configuration.md`)", () => {
+    expect(readFileSync("docs/configuration.md", "utf8")).toBe(configReferenceMarkdown());
   });
 });
