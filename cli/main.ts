@@ -13,6 +13,7 @@ const COMMANDS: ReadonlyArray<() => Promise<{ register(program: Command): void }
   () => import("./commands/sweep.ts"),
   () => import("./commands/eval.ts"),
   () => import("./commands/train.ts"),
+  () => import("./commands/report.ts"),
   () => import("./commands/policy.ts"),
   () => import("./commands/sft.ts"),
   () => import("./commands/feeder.ts"),
