@@ -1,19 +1,29 @@
-import { AgentRlError } from "../errors.ts";
+import { AgentRlError, issuesOf } from "../../shared/errors.ts";
 import {
+  type AssistantMessage,
   type ChatCompletionRequest,
   ChatCompletionResponse,
   type ChatMessage,
+  type GenerationTrace,
   type ToolSpec,
-} from "../protocol/openai.ts";
+} from "../../shared/protocol/openai.ts";
 
-/** The policy endpoint could not answer (connection, timeout, 5xx): an infrastructure failure. */
+/**
+ * A minimal OpenAI-compatible chat-completions client for the agent loop. It reads the
+ * `agentrl` extension of a choice (generated token ids, their log-probs and the policy version
+ * of each token) when the server sends one; any other OpenAI-compatible endpoint works too.
+ */
+
+/** The policy server could not answer (unreachable, timeout, 5xx, malformed answer): retry the episode with a fresh session. */
 export class PolicyUnavailableError extends AgentRlError {
   override readonly name = "PolicyUnavailableError";
+  readonly retryable = true;
 }
 
-/** The endpoint rejected the request (4xx), e.g. a prompt past its context window. */
+/** The server refused the request (4xx): repeating it will fail the same way. */
 export class PolicyRequestError extends AgentRlError {
   override readonly name = "PolicyRequestError";
+  readonly retryable = false;
   constructor(
     message: string,
     readonly status: number,
@@ -22,103 +32,114 @@ export class PolicyRequestError extends AgentRlError {
   }
 }
 
+/** One member of the cross-policy pool. */
 export interface PolicyEndpoint {
-  /** OpenAI-compatible base URL including `/v1`, e.g. `http://127.0.0.1:8000/v1`. */
+  /** Pool label recorded per token: `current`, `stale`, or `external:<model>`. */
+  readonly pool: string;
+  /** OpenAI base URL; `/v1` is appended when missing. */
   readonly url: string;
-  /** Model name sent in requests. @default "agentrl" */
-  readonly model?: string;
-  /** Bearer token, for hosted endpoints. */
-  readonly apiKey?: string;
+  readonly model: string;
+  /** Whether answers must carry the `agentrl` trace (true for our own policy servers). */
+  readonly requiresTrace: boolean;
 }
 
-export interface CompletionOptions {
-  readonly temperature?: number;
-  readonly topP?: number;
-  readonly maxTokens?: number;
+/** What one assistant turn came back as. */
+export interface Generation {
+  readonly message: AssistantMessage;
+  readonly finishReason: "stop" | "length" | "tool_calls";
+  /** Present when the server reported token ids, log-probs and versions. */
+  readonly trace?: GenerationTrace;
+}
+
+export interface GenerateRequest {
+  readonly messages: readonly ChatMessage[];
+  readonly tools: readonly ToolSpec[];
+  readonly temperature: number;
+  readonly topP: number;
+  readonly maxTokens: number;
   readonly seed?: number;
-  readonly logprobs?: boolean;
-  readonly signal?: AbortSignal;
-  /** @default 300000 */
-  readonly timeoutMs?: number;
-  /** Retries on connection errors and 5xx (never on 4xx). @default 2 */
-  readonly retries?: number;
+  /**
+   * The prompt as the trajectory recorded it; sent as the `agentrl.prompt_token_ids` extension to
+   * our own servers (endpoints with `requiresTrace`), so generated tokens are never re-tokenized.
+   */
+  readonly promptTokenIds?: readonly number[];
 }
 
-/**
- * Minimal OpenAI chat-completions client for any compatible endpoint (our policy server, vLLM,
- * SGLang, a hosted model). Answers are validated with zod, including the `agentrl` extension
- * our server adds to each choice.
- */
+/** Normalizes an OpenAI base URL so `${base}/chat/completions` is the endpoint. */
+export function openAiBase(url: string): string {
+  const trimmed = url.replace(/\/+$/, "");
+  return trimmed.endsWith("/v1") ? trimmed : `${trimmed}/v1`;
+}
+
+/** Chat-completions caller with a per-request timeout. */
 export class PolicyClient {
-  constructor(readonly endpoint: PolicyEndpoint) {}
+  constructor(
+    private readonly timeoutMs: number,
+    private readonly fetchImpl: typeof fetch = fetch,
+  ) {}
 
-  async complete(
-    messages: readonly ChatMessage[],
-    tools: readonly ToolSpec[],
-    options: CompletionOptions = {},
-  ): Promise<ChatCompletionResponse> {
+  /** One completion (n = 1) from `endpoint`. */
+  async generate(endpoint: PolicyEndpoint, request: GenerateRequest, signal?: AbortSignal): Promise<Generation> {
     const body: Partial<ChatCompletionRequest> = {
-      model: this.endpoint.model ?? "agentrl",
-      messages: [...messages],
-      ...(tools.length > 0 ? { tools: [...tools] } : {}),
-      temperature: options.temperature ?? 1,
-      top_p: options.topP ?? 1,
-      ...(options.maxTokens !== undefined ? { max_tokens: options.maxTokens } : {}),
-      ...(options.seed !== undefined ? { seed: options.seed } : {}),
-      logprobs: options.logprobs ?? false,
+      model: endpoint.model,
+      messages: [...request.messages],
+      tools: request.tools.length > 0 ? [...request.tools] : undefined,
+      temperature: request.temperature,
+      top_p: request.topP,
+      max_tokens: request.maxTokens,
+      logprobs: true,
+      n: 1,
+      ...(request.seed === undefined ? {} : { seed: request.seed }),
+      ...(endpoint.requiresTrace && request.promptTokenIds && request.promptTokenIds.length > 0
+        ? { agentrl: { prompt_token_ids: [...request.promptTokenIds] } }
+        : {}),
     };
-    const retries = options.retries ?? 2;
-    for (let attempt = 0; ; attempt++) {
-      let response: Response;
-      try {
-        const signals = [AbortSignal.timeout(options.timeoutMs ?? 300_000)];
-        if (options.signal) signals.push(options.signal);
-        response = await fetch(`${this.endpoint.url.replace(/\/$/, "")}/chat/completions`, {
-          method: "POST",
-          headers: {
-            "content-type": "application/json",
-            ...(this.endpoint.apiKey ? { authorization: `Bearer ${this.endpoint.apiKey}` } : {}),
-          },
-          body: JSON.stringify(body),
-          signal: AbortSignal.any(signals),
-        });
-      } catch (error) {
-        if (options.signal?.aborted || attempt >= retries)
-          throw new PolicyUnavailableError(`policy ${this.endpoint.url} unreachable: ${(error as Error).message}`, {
-            cause: error,
-          });
-        await sleep(250 * 2 ** attempt);
-        continue;
-      }
-      const text = await response.text();
-      if (response.status >= 500) {
-        if (attempt >= retries)
-          throw new PolicyUnavailableError(
-            `policy ${this.endpoint.url} answered ${response.status}: ${text.slice(0, 300)}`,
-          );
-        await sleep(250 * 2 ** attempt);
-        continue;
-      }
-      if (!response.ok)
-        throw new PolicyRequestError(`policy rejected the request: ${text.slice(0, 500)}`, response.status);
-      const parsed = ChatCompletionResponse.safeParse(safeJson(text));
-      if (!parsed.success)
-        throw new PolicyUnavailableError(
-          `policy ${this.endpoint.url} answered a malformed completion: ${parsed.error.message}`,
-        );
-      return parsed.data;
+    const url = `${openAiBase(endpoint.url)}/chat/completions`;
+    const timeout = AbortSignal.timeout(this.timeoutMs);
+    let response: Response;
+    try {
+      response = await this.fetchImpl(url, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify(body),
+        signal: signal ? AbortSignal.any([signal, timeout]) : timeout,
+      });
+    } catch (error) {
+      if (signal?.aborted) throw signal.reason;
+      const why = timeout.aborted ? `timed out after ${this.timeoutMs} ms` : (error as Error).message;
+      throw new PolicyUnavailableError(`policy ${endpoint.pool} at ${url}: ${why}`, { cause: error });
     }
+    const text = await response.text().catch(() => "");
+    if (response.status >= 400 && response.status < 500 && response.status !== 408 && response.status !== 429) {
+      throw new PolicyRequestError(
+        `policy ${endpoint.pool}: HTTP ${response.status}: ${text.slice(0, 500)}`,
+        response.status,
+      );
+    }
+    if (!response.ok)
+      throw new PolicyUnavailableError(`policy ${endpoint.pool}: HTTP ${response.status}: ${text.slice(0, 300)}`);
+    let json: unknown;
+    try {
+      json = JSON.parse(text);
+    } catch {
+      throw new PolicyUnavailableError(`policy ${endpoint.pool}: answer is not JSON`);
+    }
+    const parsed = ChatCompletionResponse.safeParse(json);
+    if (!parsed.success) {
+      const issues = issuesOf(parsed.error).map((i) => `${i.path || "(root)"}: ${i.message}`);
+      throw new PolicyUnavailableError(`policy ${endpoint.pool}: invalid answer: ${issues.join("; ")}`);
+    }
+    const choice = parsed.data.choices[0];
+    if (!choice) throw new PolicyUnavailableError(`policy ${endpoint.pool}: answer has no choices`);
+    if (endpoint.requiresTrace) {
+      const trace = choice.agentrl;
+      if (!trace) throw new PolicyUnavailableError(`policy ${endpoint.pool}: answer lacks the agentrl token trace`);
+      const n = trace.token_ids.length;
+      if (trace.logprobs.length !== n || trace.policy_versions.length !== n)
+        throw new PolicyUnavailableError(
+          `policy ${endpoint.pool}: trace lengths differ (ids ${n}, logprobs ${trace.logprobs.length}, versions ${trace.policy_versions.length})`,
+        );
+    }
+    return { message: choice.message, finishReason: choice.finish_reason, trace: choice.agentrl };
   }
-}
-
-function safeJson(text: string): unknown {
-  try {
-    return JSON.parse(text);
-  } catch {
-    return undefined;
-  }
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
 }
