@@ -3,7 +3,7 @@ import type { Logger } from "../../shared/log.ts";
 import { PolicyClient, type PolicyEndpoint, PolicyRequestError } from "../../shared/policy/client.ts";
 import type { SampleStatus } from "../../shared/protocol/envApi.ts";
 import type { EvalReport } from "../../shared/protocol/metrics.ts";
-import type { ChatMessage } from "../../shared/protocol/openai.ts";
+import type { AssistantMessage, ChatMessage } from "../../shared/protocol/openai.ts";
 
 export interface EvalTask {
   readonly name: string;
@@ -13,7 +13,8 @@ export interface EvalTask {
 
 export interface EvalOptions {
   readonly controllerUrl: string;
-  readonly policy: PolicyEndpoint;
+  /** OpenAI-compatible base URL and model name of the policy under evaluation. */
+  readonly policy: { readonly url: string; readonly model?: string };
   /** Label in the report (`v3`, a URL, a model name). */
   readonly policyLabel: string;
   readonly tasks: readonly EvalTask[];
@@ -46,6 +47,7 @@ export interface EpisodeOutcome {
 export async function playEpisode(
   env: ControllerClient,
   policy: PolicyClient,
+  endpoint: PolicyEndpoint,
   task: string,
   index: number,
   options: Pick<EvalOptions, "temperature" | "maxTokensPerTurn" | "maxTurns" | "signal">,
@@ -58,17 +60,21 @@ export async function playEpisode(
   let finish = sample.finish;
   try {
     while (!finish && turns < (options.maxTurns ?? 30)) {
-      let reply: ChatMessage;
+      let reply: AssistantMessage;
       try {
-        const completion = await policy.complete(messages, sample.tools, {
-          temperature: options.temperature ?? 0,
-          ...(options.maxTokensPerTurn !== undefined ? { maxTokens: options.maxTokensPerTurn } : {}),
-          seed: index,
-          ...(options.signal ? { signal: options.signal } : {}),
-        });
-        const choice = completion.choices[0];
-        if (!choice) throw new Error("policy answered no choice");
-        reply = choice.message;
+        const generation = await policy.generate(
+          endpoint,
+          {
+            messages,
+            tools: sample.tools,
+            temperature: options.temperature ?? 0,
+            topP: 1,
+            maxTokens: options.maxTokensPerTurn ?? 256,
+            seed: index,
+          },
+          options.signal,
+        );
+        reply = generation.message;
       } catch (error) {
         if (error instanceof PolicyRequestError && error.status === 400) {
           status = "agent context limit";
@@ -78,7 +84,7 @@ export async function playEpisode(
       }
       messages.push(reply);
       turns += 1;
-      const turn = await env.interact(sample.sessionId, reply as Extract<ChatMessage, { role: "assistant" }>, {
+      const turn = await env.interact(sample.sessionId, reply, {
         signal: options.signal,
       });
       messages.push(...turn.messages);
@@ -99,7 +105,13 @@ export async function playEpisode(
  */
 export async function evaluate(options: EvalOptions): Promise<EvalReport> {
   const env = new ControllerClient({ baseUrl: options.controllerUrl });
-  const policy = new PolicyClient(options.policy);
+  const policy = new PolicyClient(300_000);
+  const endpoint: PolicyEndpoint = {
+    pool: "eval",
+    url: options.policy.url,
+    model: options.policy.model ?? "agentrl",
+    requiresTrace: false,
+  };
   const jobs = options.tasks.flatMap((t) => t.indices.map((index) => ({ task: t.name, index })));
   const outcomes: EpisodeOutcome[] = [];
   let next = 0;
@@ -108,7 +120,7 @@ export async function evaluate(options: EvalOptions): Promise<EvalReport> {
       const job = jobs[next++] as { task: string; index: number };
       for (let attempt = 0; ; attempt++) {
         try {
-          outcomes.push(await playEpisode(env, policy, job.task, job.index, options));
+          outcomes.push(await playEpisode(env, policy, endpoint, job.task, job.index, options));
           break;
         } catch (error) {
           const retryable = error instanceof EnvApiError ? error.retryable : !(error instanceof PolicyRequestError);

@@ -1,11 +1,11 @@
 import type { ChatCodec } from "../../shared/chat/codec.ts";
 import type { RolloutConfig } from "../../shared/config/rollout.ts";
 import type { ControllerClient } from "../../shared/env/client.ts";
+import type { PolicyClient, PolicyEndpoint } from "../../shared/policy/client.ts";
 import type { SampleStatus } from "../../shared/protocol/envApi.ts";
 import type { RolloutRequest, Trajectory } from "../../shared/protocol/messages.ts";
 import type { ChatMessage } from "../../shared/protocol/openai.ts";
 import { hashString, seededRandomFrom } from "../../shared/rl/random.ts";
-import type { PolicyClient, PolicyEndpoint } from "./policyClient.ts";
 import type { PolicyPool } from "./pool.ts";
 
 /** The controller calls the agent loop makes (ControllerClient, or a fake in tests). */

@@ -9,7 +9,6 @@ import { PolicyPool, type PoolUrls } from "./pool.ts";
 import type { RolloutWorkerOptions } from "./worker.ts";
 
 export * from "./episode.ts";
-export * from "./policyClient.ts";
 export * from "./pool.ts";
 export * from "./worker.ts";
 

@@ -1,5 +1,5 @@
 import type { RolloutConfig } from "../../shared/config/rollout.ts";
-import type { PolicyEndpoint } from "./policyClient.ts";
+import type { PolicyEndpoint } from "../../shared/policy/client.ts";
 
 /** URLs of our own policy servers (OpenAI base URLs). */
 export interface PoolUrls {

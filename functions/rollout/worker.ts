@@ -2,10 +2,10 @@ import type { ExperimentConfig } from "../../shared/config/index.ts";
 import { EnvApiError } from "../../shared/env/client.ts";
 import { AgentRlError, parseJsonOrThrow, ValidationError } from "../../shared/errors.ts";
 import { createLogger, type Logger } from "../../shared/log.ts";
+import { PolicyClient, PolicyUnavailableError } from "../../shared/policy/client.ts";
 import { RolloutRequest, Trajectory, TrajectoryReady } from "../../shared/protocol/messages.ts";
 import type { ReceivedMessage, Transport } from "../../shared/transport/types.ts";
 import { type EnvApi, type EpisodeCodec, runEpisode, trajectoryIdOf, trajectoryKey } from "./episode.ts";
-import { PolicyClient, PolicyUnavailableError } from "./policyClient.ts";
 import type { PolicyPool } from "./pool.ts";
 
 /** The episode ran past `rollout.episodeTimeoutSeconds` (treated as an infrastructure failure). */

@@ -269,7 +269,7 @@ describe("runEpisode with a fake environment", () => {
           request!,
           {
             env,
-            policy: new (await import("../../functions/rollout/policyClient.ts")).PolicyClient(5_000),
+            policy: new (await import("../../shared/policy/client.ts")).PolicyClient(5_000),
             pool: new PolicyPool(config.rollout, { current: policy.url }),
             codec: codec2,
             rollout: config.rollout,
