@@ -2,9 +2,15 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { createWriteStream, mkdirSync, type WriteStream } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { AgentRlError } from "../../shared/errors.ts";
 
 /** The package entry every role process starts from. */
 export const AGENTRL_BIN = fileURLToPath(new URL("../../bin/agentrl.mjs", import.meta.url));
+
+/** A role process died while the run needed it. */
+export class RoleFailedError extends AgentRlError {
+  override readonly name = "RoleFailedError";
+}
 
 export interface RoleSpec {
   /** Unique name; also the log file name (`logs/<name>.log`). */
@@ -118,7 +124,9 @@ export class Supervisor {
   /** Resolves like `work`, but rejects as soon as a role exits unexpectedly (so start-up never waits on a dead role). */
   guard<T>(work: Promise<T>): Promise<T> {
     const failed = this.unexpectedExit.then((exit): never => {
-      throw new Error(`role ${exit.name} exited (code ${exit.code}, signal ${exit.signal}); see logs/${exit.name}.log`);
+      throw new RoleFailedError(
+        `role ${exit.name} exited (code ${exit.code}, signal ${exit.signal}); see ${join(this.runDir, "logs", `${exit.name}.log`)}`,
+      );
     });
     return Promise.race([work, failed]);
   }
