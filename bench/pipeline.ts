@@ -73,7 +73,7 @@ const latency = latencyParsed.data;
 for (const [key, name] of Object.entries(LATENCY_ENV)) process.env[name] = String(latency[key as keyof LatencyOptions]);
 
 /** A tiny model: the bench measures pipeline overlap, not model speed. */
-const TINY_MODEL = { dModel: 32, layers: 1, heads: 2, kvHeads: 1, ffnHidden: 64, vocabSize: 512 } as const;
+const TINY_MODEL = { dModel: 64, layers: 2, heads: 4, kvHeads: 2, ffnHidden: 128, vocabSize: 512 } as const;
 
 function workload(mode: "async" | "sync"): ExperimentConfig {
   return parseConfig({
@@ -84,7 +84,7 @@ function workload(mode: "async" | "sync"): ExperimentConfig {
     rollout: {
       groupSize: 4,
       maxTurns: latency.probesPerEpisode + 2,
-      maxTokensPerTurn: 32,
+      maxTokensPerTurn: 64,
       // a cool sampler keeps the tiny model's tool calls well-formed; guesses still vary, so rewards do
       temperature: 0.4,
       workers: 1,
@@ -97,7 +97,7 @@ function workload(mode: "async" | "sync"): ExperimentConfig {
 
 /** `agentrl sft --out DIR` with the bench's tiny model: the base checkpoint both modes start from. */
 function makeBase(dir: string): Promise<void> {
-  const args = [AGENTRL_BIN, "sft", "--out", dir, "--tasks", "latency", "--episodes", "24", "--steps", "150"];
+  const args = [AGENTRL_BIN, "sft", "--out", dir, "--tasks", "latency", "--episodes", "24", "--steps", "300"];
   args.push("--batch", "8", "--lr", "0.01", "--set", "tasks.mix=[{name: latency}]");
   for (const [key, value] of Object.entries(TINY_MODEL)) args.push("--set", `policy.model.${key}=${value}`);
   return new Promise((resolve, reject) => {
@@ -264,7 +264,7 @@ let exitCode = 0;
 try {
   console.log(
     `workload: task latency (lognormal median ${latency.medianMs} ms, sigma ${latency.sigma}, cap ${latency.maxMs} ms; start + ${latency.probesPerEpisode} probes per episode), ` +
-      `batch 2 groups x 4, ${steps} trainer steps per mode, model d=32 L=1; load average ${loadavg()[0]?.toFixed(1)}`,
+      `batch 2 groups x 4, ${steps} trainer steps per mode, model d=${TINY_MODEL.dModel} L=${TINY_MODEL.layers}; load average ${loadavg()[0]?.toFixed(1)}`,
   );
   let base = flags.base;
   if (base) {
