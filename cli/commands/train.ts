@@ -2,6 +2,7 @@ import { join, resolve } from "node:path";
 import { type Command, InvalidArgumentError } from "commander";
 import type { ExperimentConfig } from "../../shared/config/index.ts";
 import { parseConfig } from "../../shared/config/index.ts";
+import { ValidationError } from "../../shared/errors.ts";
 import { configFromOptions, withConfigOptions } from "../options.ts";
 import { evalTableMarkdown } from "../report/report.ts";
 import { BASE_CHECKPOINT_DIR, runPipeline } from "../run/pipeline.ts";
@@ -39,7 +40,9 @@ function addTrainOptions(command: Command): Command {
 function withTransportFlags(config: ExperimentConfig, options: TrainOptions): ExperimentConfig {
   if (!options.transport && !options.endpoint) return config;
   if (options.transport === "local" && options.endpoint)
-    throw new InvalidArgumentError("--endpoint needs --transport aws (or no --transport)");
+    throw new ValidationError("options", [
+      { path: "--endpoint", message: "needs --transport aws (or no --transport); the local transport has no endpoint" },
+    ]);
   return parseConfig({
     ...config,
     transport: {

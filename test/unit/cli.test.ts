@@ -1,0 +1,28 @@
+import { spawnSync } from "node:child_process";
+import { describe, expect, it } from "vitest";
+
+const cli = (args: string[]) => spawnSync(process.execPath, ["bin/agentrl.mjs", ...args], { encoding: "utf8" });
+
+describe("agentrl run commands reject bad input with one line", () => {
+  it.each([
+    [["train", "--transport", "local", "--endpoint", "http://127.0.0.1:1"], /--endpoint: needs --transport aws/],
+    [["train", "--transport", "kafka"], /--transport must be "local" or "aws", got "kafka"/],
+    [["train", "--eval-n", "-3"], /--eval-n must be an integer >= 0/],
+    [["eval", "--policy", "latest"], /--policy must be a version number, "newest" or an http\(s\) URL/],
+    [["eval", "--policy", "3", "--split", "dev"], /--split must be "train" or "test"/],
+    [["report", "/nonexistent-run"], /is not a run folder/],
+  ])("agentrl %j", (args, message) => {
+    const result = cli(args);
+    expect(result.status).not.toBe(0);
+    expect(result.stderr).toMatch(message);
+    expect(result.stdout).toBe("");
+  });
+
+  it("documents every run command", () => {
+    for (const command of ["train", "start", "eval", "report"]) {
+      const result = cli([command, "--help"]);
+      expect(result.status).toBe(0);
+      expect(result.stdout).toMatch(/^Usage: agentrl /);
+    }
+  });
+});
