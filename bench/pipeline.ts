@@ -319,7 +319,7 @@ try {
   console.log(
     `stage times per step (sync): generation ${fmt(gen)} s; train + publish + hand-off ${fmt(rest)} s (train step alone ${fmt(s.trainSeconds)} s)`,
   );
-  console.log(`ideal speedup (gen + train) / max(gen, train): ${fmt(ideal)}x`);
+  console.log(`ideal speedup (generation + train side) / max of the two: ${fmt(ideal)}x`);
   console.log(`measured speedup (async / sync trajectories/s, steady): ${fmt(a.steadyRate / s.steadyRate)}x`);
   console.log(`measured speedup (end to end, start-up included): ${fmt(a.endToEndRate / s.endToEndRate)}x`);
 } catch (error) {
