@@ -1,0 +1,23 @@
+import { describe, expect, it } from "vitest";
+import { QUICKSTART_CONFIG } from "../../cli/commands/train.ts";
+import { BASE_CHECKPOINT_DIR } from "../../cli/run/pipeline.ts";
+import { loadConfig } from "../../shared/config/index.ts";
+import { loadCheckpoint } from "../../shared/model/checkpoint.ts";
+import { initBackend } from "../../shared/model/index.ts";
+import { LocalObjectStore } from "../../shared/transport/local.ts";
+
+describe("what npm start runs", () => {
+  it("is a valid config over all five tasks whose model is the committed base checkpoint's", async () => {
+    const config = await loadConfig(QUICKSTART_CONFIG);
+    expect(config.tasks.mix.map((t) => t.name).sort()).toEqual(["alfworld", "db", "kg", "os", "webshop"]);
+    await initBackend("wasm");
+    const base = await loadCheckpoint(new LocalObjectStore(BASE_CHECKPOINT_DIR), 0);
+    try {
+      expect(base.manifest.version).toBe(0);
+      expect(base.config).toEqual(config.policy.model);
+      expect(JSON.parse(base.tokenizerJson)).toHaveProperty("model.type", "BPE");
+    } finally {
+      base.policy.dispose();
+    }
+  });
+});
