@@ -1,7 +1,7 @@
 import type { ScriptedAgent } from "../../shared/env/task.ts";
 import type { AssistantMessage, ChatMessage } from "../../shared/protocol/openai.ts";
+import { rngFor } from "../common/rng.ts";
 import { AlfEngine } from "./engine.ts";
-import { seededFor } from "./rng.ts";
 import { ALFWORLD_TASK_NAME, APPLIANCE, generateAlfInstance, kindOf } from "./world.ts";
 
 /**
@@ -189,7 +189,7 @@ export const alfworldRandom: ScriptedAgent = {
   name: "alfworld-random",
   act(messages, index) {
     const turn = turnsSoFar(messages);
-    const rng = seededFor(ALFWORLD_TASK_NAME, index * 64 + turn, "random-agent");
+    const rng = rngFor(ALFWORLD_TASK_NAME, index * 64 + turn, "random-agent");
     const belief = readBelief(messages);
     const moves = belief.receptacles.filter((r) => r !== belief.at).map((r) => `go to ${r}`);
     const doings: string[] = [];

@@ -2,10 +2,10 @@ import { describe, expect, it } from "vitest";
 import { EpisodeSession, runScripted, toolSpecs } from "../../shared/env/session.ts";
 import type { ScriptedAgent } from "../../shared/env/task.ts";
 import type { AssistantMessage } from "../../shared/protocol/openai.ts";
+import { rngFor } from "../common/rng.ts";
 import { loadTaskModule } from "../registry.ts";
 import { alfworldExpert, alfworldRandom } from "./agents.ts";
 import { AlfEngine, NOTHING_HAPPENS } from "./engine.ts";
-import { seededFor } from "./rng.ts";
 import { alfworldTask } from "./task.ts";
 import { ALFWORLD_SPLITS, type AlfInstance, type Goal, generateAlfInstance, TASK_TYPES } from "./world.ts";
 
@@ -298,7 +298,7 @@ describe("alfworld agents", () => {
       name: "mixed",
       act(messages, index) {
         const turn = messages.filter((m) => m.role === "assistant").length;
-        const coin = seededFor("alfworld-test", index * 64 + turn, "mix").next();
+        const coin = rngFor("alfworld-test", index * 64 + turn, "mix").next();
         return (coin < 0.6 ? alfworldExpert : alfworldRandom).act(messages, index);
       },
     };

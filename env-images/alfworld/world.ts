@@ -1,4 +1,4 @@
-import { type SeededRandom, seededFor } from "./rng.ts";
+import { type Rng, rngFor } from "../common/rng.ts";
 
 /**
  * Seeded generator of ALFWorld-style households: a room (kitchen, bathroom, bedroom or living
@@ -283,7 +283,7 @@ export function kindOf(name: string): string {
   return name.replace(/ \d+$/, "");
 }
 
-function goalText(rng: SeededRandom, type: TaskType, object: string, receptacle: string | undefined): string {
+function goalText(rng: Rng, type: TaskType, object: string, receptacle: string | undefined): string {
   const r = receptacle ?? "";
   const templates: Record<TaskType, readonly string[]> = {
     pick_and_place: [`put a ${object} in ${r}.`, `put some ${object} on ${r}.`],
@@ -325,7 +325,7 @@ function goalObjects(spec: SceneSpec, type: TaskType): readonly string[] {
   }
 }
 
-function buildReceptacles(rng: SeededRandom, spec: SceneSpec, needsLamp: boolean): string[] {
+function buildReceptacles(rng: Rng, spec: SceneSpec, needsLamp: boolean): string[] {
   const counts = new Map<string, number>();
   for (const [kind, min, max] of spec.receptacles) counts.set(kind, rng.int(min, max));
   if (needsLamp && !(spec.lampStands ?? []).some((k) => (counts.get(k) ?? 0) > 0)) {
@@ -359,7 +359,7 @@ export function generateAlfInstance(index: number): AlfInstance {
       `alfworld index ${index} is outside the task's indices [${ALFWORLD_SPLITS.train.start}, ${ALFWORLD_SPLITS.test.end})`,
     );
   }
-  const rng = seededFor(ALFWORLD_TASK_NAME, index, "instance");
+  const rng = rngFor(ALFWORLD_TASK_NAME, index, "instance");
   const type = rng.pick(TASK_TYPES);
   const scene = rng.pick(scenesFor(type));
   const spec = SCENES[scene];

@@ -1,5 +1,5 @@
 /**
- * Small seeded PRNG helpers shared by the db, kg and webshop generators. Every instance is a pure
+ * Small seeded PRNG helpers shared by every task generator and baseline. Every instance is a pure
  * function of (task, index), so the same index always yields the same database, graph or catalogue
  * on every worker and in every test.
  */

@@ -1,7 +1,7 @@
 import type { ScriptedAgent } from "../../shared/env/task.ts";
 import type { AssistantMessage, ChatMessage } from "../../shared/protocol/openai.ts";
+import { rngFor } from "../common/rng.ts";
 import { generateOsInstance, OS_TASK_NAME } from "./generator.ts";
-import { seededFor } from "./rng.ts";
 
 /**
  * Scripted os agents. Both act only through tool calls and read the tool observations: the expert
@@ -83,7 +83,7 @@ export const osRandom: ScriptedAgent = {
   name: "os-random",
   act(messages, index) {
     const turn = turnsSoFar(messages);
-    const rng = seededFor(OS_TASK_NAME, index * 64 + turn, "random-agent");
+    const rng = rngFor(OS_TASK_NAME, index * 64 + turn, "random-agent");
     const problem = messages.find((m) => m.role === "user")?.content ?? "";
     const paths = problem.match(/\/[\w./-]*\w/g) ?? [];
     const last = [...messages].reverse().find((m) => m.role === "tool");

@@ -1,4 +1,4 @@
-import { type SeededRandom, seededFor } from "./rng.ts";
+import { type Rng, rngFor } from "../common/rng.ts";
 import type { FsView } from "./sandbox.ts";
 
 /**
@@ -89,7 +89,7 @@ const WORDS = ["buy", "milk", "call", "mom", "ship", "release", "fix", "bug", "w
 const ITEMS = ["apple", "bolt", "cable", "drill", "envelope", "filter", "glue", "hinge", "ink", "jar"];
 
 /** Files every sandbox starts with, so `ls /etc` and `cat /etc/hostname` look like a machine. */
-function baseFiles(rng: SeededRandom): Record<string, string> {
+function baseFiles(rng: Rng): Record<string, string> {
   return {
     "/etc/hostname": `box-${rng.int(100, 999)}\n`,
     "/etc/os-release": 'NAME="Ubuntu"\nVERSION_ID="22.04"\n',
@@ -97,13 +97,13 @@ function baseFiles(rng: SeededRandom): Record<string, string> {
   };
 }
 
-function uniqueNames(rng: SeededRandom, count: number, exts: readonly string[]): string[] {
+function uniqueNames(rng: Rng, count: number, exts: readonly string[]): string[] {
   const names = new Set<string>();
   while (names.size < count) names.add(`${rng.pick(STEMS)}${rng.chance(0.4) ? rng.int(1, 9) : ""}.${rng.pick(exts)}`);
   return [...names];
 }
 
-function smallContent(rng: SeededRandom): string {
+function smallContent(rng: Rng): string {
   return `${rng.pick(WORDS)} ${rng.pick(WORDS)} ${rng.int(1, 999)}\n`;
 }
 
@@ -112,7 +112,7 @@ function quoteForRegex(text: string): string {
 }
 
 type Draft = Omit<OsInstance, "index" | "family">;
-type FamilyGenerator = (rng: SeededRandom, files: Record<string, string>) => Draft;
+type FamilyGenerator = (rng: Rng, files: Record<string, string>) => Draft;
 
 const countExt: FamilyGenerator = (rng, files) => {
   const dir = `/home/user/${rng.pick(PROJECTS)}`;
@@ -157,7 +157,7 @@ const largestFile: FamilyGenerator = (rng, files) => {
   };
 };
 
-function configLines(rng: SeededRandom): Array<[string, string]> {
+function configLines(rng: Rng): Array<[string, string]> {
   const candidates: Array<[string, string]> = [
     ["port", String(rng.int(1024, 9999))],
     ["host", `${rng.pick(["db", "cache", "api", "mail"])}${rng.int(1, 9)}.internal`],
@@ -389,7 +389,7 @@ export function generateOsInstance(index: number): OsInstance {
       `os index ${index} is outside the task's indices [${OS_SPLITS.train.start}, ${OS_SPLITS.test.end})`,
     );
   }
-  const rng = seededFor(OS_TASK_NAME, index, "instance");
+  const rng = rngFor(OS_TASK_NAME, index, "instance");
   const family = rng.pick(OS_FAMILIES);
   const draft = GENERATORS[family](rng, baseFiles(rng));
   return { index, family, ...draft };
