@@ -2,12 +2,12 @@ import { mkdirSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { type Command, InvalidArgumentError } from "commander";
 import { createLogger } from "../../shared/log.ts";
+import { evalTasks, runEval } from "../launch/eval.ts";
+import { startPolicyServer } from "../launch/policy.ts";
+import { startEnvStack } from "../launch/stack.ts";
+import { Supervisor } from "../launch/supervisor.ts";
 import { configFromOptions, withConfigOptions } from "../options.ts";
 import { evalTableMarkdown } from "../report/report.ts";
-import { evalTasks, runEval } from "../run/eval.ts";
-import { startPolicyServer } from "../run/policy.ts";
-import { startEnvStack } from "../run/stack.ts";
-import { Supervisor } from "../run/supervisor.ts";
 import { intOption } from "./controller.ts";
 
 interface EvalOptions {

@@ -3,10 +3,10 @@ import { type Command, InvalidArgumentError } from "commander";
 import type { ExperimentConfig } from "../../shared/config/index.ts";
 import { parseConfig } from "../../shared/config/index.ts";
 import { ValidationError } from "../../shared/errors.ts";
+import { BASE_CHECKPOINT_DIR, runPipeline } from "../launch/pipeline.ts";
+import { createProgressView } from "../launch/progress.ts";
 import { configFromOptions, withConfigOptions } from "../options.ts";
 import { evalTableMarkdown } from "../report/report.ts";
-import { BASE_CHECKPOINT_DIR, runPipeline } from "../run/pipeline.ts";
-import { createProgressView } from "../run/progress.ts";
 import { intOption } from "./controller.ts";
 
 /** Config of `npm start`: a short multi-task run sized for 2 CPU cores. */

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { QUICKSTART_CONFIG } from "../../cli/commands/train.ts";
-import { BASE_CHECKPOINT_DIR } from "../../cli/run/pipeline.ts";
+import { BASE_CHECKPOINT_DIR } from "../../cli/launch/pipeline.ts";
 import { loadConfig } from "../../shared/config/index.ts";
 import { loadCheckpoint } from "../../shared/model/checkpoint.ts";
 import { initBackend } from "../../shared/model/index.ts";

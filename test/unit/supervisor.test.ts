@@ -2,7 +2,7 @@ import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { Supervisor } from "../../cli/run/supervisor.ts";
+import { Supervisor } from "../../cli/launch/supervisor.ts";
 
 describe("Supervisor", () => {
   it("learns a server role's URL, reports a crash of another role, and stops the rest", async () => {
