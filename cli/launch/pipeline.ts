@@ -19,6 +19,9 @@ import { Supervisor } from "./supervisor.ts";
 /** The committed warm-up checkpoint (policies/v0/), imported when a run's store has no version. */
 export const BASE_CHECKPOINT_DIR = fileURLToPath(new URL("../../trainer-image/base-policy", import.meta.url));
 
+/** Restarts allowed per stateless-process role before a crash ends the run. */
+const ROLE_RESTARTS = 3;
+
 export interface PipelineOptions {
   readonly config: ExperimentConfig;
   /** Folder of this run: config.json, logs/, metrics.jsonl, eval-*.json, report.html (and the local transport). */
@@ -78,16 +81,24 @@ export async function runPipeline(options: PipelineOptions): Promise<PipelineRes
         ? await startPolicyServer(supervisor, { name: "policy-stale", configFile, pool: "stale" })
         : undefined;
     const metricsFile = join(runDir, "metrics.jsonl");
+    // These roles keep their state in the queues and stores, so a crashed one is restarted and
+    // resumes: the trainer from its newest checkpoint and ledger, the feeder from its cursor, a
+    // rollout worker from the messages that come back after their visibility timeout.
     supervisor.start({
       name: "trainer",
       args: ["trainer", "--config", configFile, "--metrics", metricsFile],
       primary: true,
+      maxRestarts: ROLE_RESTARTS,
     });
-    supervisor.start({ name: "feeder", args: ["feeder", "--config", configFile] });
+    supervisor.start({ name: "feeder", args: ["feeder", "--config", configFile], maxRestarts: ROLE_RESTARTS });
     for (let i = 0; i < config.rollout.workers; i++) {
       const urls = ["--controller-url", controllerUrl, "--current-url", currentUrl];
       if (staleUrl) urls.push("--stale-url", staleUrl);
-      supervisor.start({ name: `rollout-${i}`, args: ["rollout", "--config", configFile, ...urls] });
+      supervisor.start({
+        name: `rollout-${i}`,
+        args: ["rollout", "--config", configFile, ...urls],
+        maxRestarts: ROLE_RESTARTS,
+      });
     }
     log.info({ runDir, controllerUrl, currentUrl, staleUrl }, "pipeline running");
     options.progress?.start(config);

@@ -20,6 +20,12 @@ export interface RoleSpec {
   readonly env?: Readonly<Record<string, string>>;
   /** A role whose exit ends the run (the trainer); others exiting early is a failure. */
   readonly primary?: boolean;
+  /**
+   * Restart the role when it dies (as ECS restarts a task), up to this many times; for roles that
+   * keep their state in the queues and stores (trainer, feeder, rollout workers), not for servers
+   * whose URL others already hold. @default 0
+   */
+  readonly maxRestarts?: number;
 }
 
 export interface RoleExit {
@@ -30,13 +36,16 @@ export interface RoleExit {
 
 interface Running {
   readonly spec: RoleSpec;
-  readonly child: ChildProcess;
+  /** The current process (a restart replaces it). */
+  child: ChildProcess;
   readonly log: WriteStream;
+  /** Resolves when the role has exited for good (not when it is about to be restarted). */
   readonly exited: Promise<RoleExit>;
   /** URL from the role's `{"event":"listening","url":...}` stdout line (servers announce their port this way). */
-  readonly listening: Promise<string>;
+  listening: Promise<string>;
   /** Set when we stop it on purpose, so its exit is not reported as a failure. */
   stopped: boolean;
+  restarts: number;
 }
 
 /**
@@ -61,17 +70,29 @@ export class Supervisor {
   }
 
   /** Starts a role; its exit while the run is going (non-primary, or primary with an error) is reported by `failure()`. */
-  start(spec: RoleSpec): ChildProcess {
+  start(spec: RoleSpec): void {
     if (this.running.some((r) => r.spec.name === spec.name && r.child.exitCode === null && r.child.signalCode === null))
       throw new Error(`role ${spec.name} is already running`);
     const log = createWriteStream(join(this.runDir, "logs", `${spec.name}.log`), { flags: "a" });
+    let finish: (exit: RoleExit) => void = () => {};
+    const exited = new Promise<RoleExit>((resolve) => {
+      finish = resolve;
+    });
+    const role = { spec, log, exited, stopped: false, restarts: 0 } as Running;
+    this.launch(role, finish);
+    this.running.push(role);
+  }
+
+  private launch(role: Running, finish: (exit: RoleExit) => void): void {
+    const { spec, log } = role;
     const child = spawn(process.execPath, [AGENTRL_BIN, ...spec.args], {
       env: { ...this.baseEnv, ...spec.env },
       stdio: ["ignore", "pipe", "pipe"],
     });
+    role.child = child;
     child.stdout?.pipe(log, { end: false });
     child.stderr?.pipe(log, { end: false });
-    const listening = new Promise<string>((resolve, reject) => {
+    role.listening = new Promise<string>((resolve, reject) => {
       let buffered = "";
       const onData = (chunk: Buffer) => {
         buffered += chunk.toString();
@@ -88,17 +109,24 @@ export class Supervisor {
       child.stdout?.on("data", onData);
       child.once("exit", (code) => reject(new Error(`${spec.name} exited (${code}) before listening`)));
     });
-    listening.catch(() => {});
-    const exited = new Promise<RoleExit>((resolve) => {
-      child.once("exit", (code, signal) => {
-        const exit = { name: spec.name, code, signal };
-        const stoppedOnPurpose = this.stopping || this.running.find((r) => r.child === child)?.stopped;
-        if (!stoppedOnPurpose && !(spec.primary && code === 0)) this.reportUnexpected(exit);
-        resolve(exit);
-      });
+    role.listening.catch(() => {});
+    child.once("exit", (code, signal) => {
+      const exit = { name: spec.name, code, signal };
+      const expected = this.stopping || role.stopped || (spec.primary === true && code === 0);
+      if (!expected && role.restarts < (spec.maxRestarts ?? 0)) {
+        role.restarts += 1;
+        log.write(`\n[supervisor] ${spec.name} exited (code ${code}, signal ${signal}); restart ${role.restarts}\n`);
+        setTimeout(() => (this.stopping || role.stopped ? finish(exit) : this.launch(role, finish)), 1_000);
+        return;
+      }
+      if (!expected) this.reportUnexpected(exit);
+      finish(exit);
     });
-    this.running.push({ spec, child, log, exited, listening, stopped: false });
-    return child;
+  }
+
+  /** How often a role was restarted after dying. */
+  restartsOf(name: string): number {
+    return this.running.findLast((r) => r.spec.name === name)?.restarts ?? 0;
   }
 
   /** Resolves with the URL a server role announced on stdout; rejects if it exits first or after `timeoutMs`. */

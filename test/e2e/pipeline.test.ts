@@ -1,5 +1,5 @@
-import { spawnSync } from "node:child_process";
-import { mkdtempSync, readFileSync } from "node:fs";
+import { execFileSync, spawnSync } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -34,9 +34,16 @@ function tinyConfig(experimentId: string, transport: Record<string, unknown> = {
 }
 
 /** Runs one experiment end to end and checks what issue 6 asks of it. */
-async function runAndCheck(config: ExperimentConfig, base: string): Promise<void> {
+async function runAndCheck(config: ExperimentConfig, base: string, faults = false): Promise<void> {
   const runDir = mkdtempSync(join(tmpdir(), `agentrl-e2e-${config.experimentId}-`));
+  const killer = faults ? killAfterFirstStep(runDir, ["trainer", "rollout"]) : undefined;
   const result = await runPipeline({ config, runDir, baseCheckpoint: base, evalInstances: 1 });
+  if (killer) {
+    // The trainer and the rollout worker were SIGKILLed after step 1; the supervisor restarted both.
+    expect(await killer).toEqual(["trainer", "rollout"]);
+    for (const role of ["trainer", "rollout-0"])
+      expect(readFileSync(join(runDir, "logs", `${role}.log`), "utf8")).toMatch(/\[supervisor\] .* restart 1/);
+  }
 
   // At least 3 trainer steps, each publishing a version.
   expect(result.interrupted).toBe(false);
@@ -78,6 +85,27 @@ async function runAndCheck(config: ExperimentConfig, base: string): Promise<void
   expect(result.reportFile).toBe(join(runDir, "report.html"));
 }
 
+/** SIGKILLs the named roles of the run in `runDir` once its trainer has published a first step. */
+async function killAfterFirstStep(runDir: string, roles: readonly string[]): Promise<string[]> {
+  const configFile = join(runDir, "config.json");
+  for (let waited = 0; waited < 300_000; waited += 200) {
+    const metrics = existsSync(join(runDir, "metrics.jsonl"))
+      ? readFileSync(join(runDir, "metrics.jsonl"), "utf8")
+      : "";
+    if (metrics.trim() !== "") break;
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  const killed: string[] = [];
+  const processes = execFileSync("ps", ["-eo", "pid=,args="], { encoding: "utf8" }).split("\n");
+  for (const role of roles) {
+    const line = processes.find((p) => p.includes(configFile) && p.includes(`agentrl.mjs ${role} `));
+    if (!line) continue;
+    process.kill(Number(line.trim().split(/\s+/)[0]), "SIGKILL");
+    killed.push(role);
+  }
+  return killed;
+}
+
 describe("the whole pipeline, end to end on tiny settings", () => {
   let base: string;
   let moto: MotoServer | undefined;
@@ -97,8 +125,8 @@ describe("the whole pipeline, end to end on tiny settings", () => {
     await moto?.stop();
   });
 
-  it("on the local transport (SQLite queue + directory store)", async () => {
-    await runAndCheck(tinyConfig("e2e-local"), base);
+  it("on the local transport (SQLite queue + directory store), surviving a SIGKILLed trainer and rollout worker", async () => {
+    await runAndCheck(tinyConfig("e2e-local", { visibilityTimeoutSeconds: 10 }), base, true);
   }, 420_000);
 
   it("against an AWS-API endpoint (a real moto server: SQS + S3)", async () => {
