@@ -1,4 +1,5 @@
 import { spawn } from "node:child_process";
+import { writeFileSync } from "node:fs";
 import { mkdir, readdir, utimes, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -53,10 +54,11 @@ describe.concurrent("local transport specifics", () => {
   it("several processes draining one queue together get every message exactly once", async () => {
     const config = await target.freshConfig();
     const transport = new LocalTransport(config);
+    const doneFile = join(config.localDir, "all-sent");
     try {
       const children = [0, 1, 2].map(() =>
         spawn(process.execPath, ["--import", "tsx", `${CHILDREN}drainer.ts`], {
-          env: { ...process.env, AGENTRL_CRASH_CONFIG: JSON.stringify(config) },
+          env: { ...process.env, AGENTRL_CRASH_CONFIG: JSON.stringify(config), AGENTRL_DRAIN_DONE_FILE: doneFile },
           stdio: ["ignore", "pipe", "inherit"],
         }),
       );
@@ -82,6 +84,7 @@ describe.concurrent("local transport specifics", () => {
       const sent: string[] = [];
       for (let i = 0; i < bodies.length; i += 20)
         sent.push(...(await transport.queue("trajectories").sendBatch(bodies.slice(i, i + 20))));
+      writeFileSync(doneFile, "");
       const received = (await Promise.all(outputs)).flatMap((out) => {
         const line = out.split("\n").find((l) => l.startsWith("{"));
         return (JSON.parse(line ?? "{}") as { received?: string[] }).received ?? [];

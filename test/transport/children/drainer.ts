@@ -1,7 +1,10 @@
 /**
- * Multi-process test consumer: prints "ready", then receives and deletes until a 2 s long poll
- * comes back empty after it has seen at least one message, and prints the ids it got as JSON.
+ * Multi-process test consumer: prints "ready", then receives and deletes until a long poll comes
+ * back empty after the parent has marked that everything was sent (the file named by
+ * AGENTRL_DRAIN_DONE_FILE exists), and prints the ids it got as JSON. A drainer that got nothing
+ * (its siblings were faster) still stops.
  */
+import { existsSync } from "node:fs";
 import { TransportConfig } from "../../../shared/config/transport.ts";
 import { parseJsonOrThrow } from "../../../shared/errors.ts";
 import { createTransport } from "../../../shared/transport/index.ts";
@@ -13,7 +16,7 @@ process.stdout.write("ready\n");
 const ids: string[] = [];
 for (;;) {
   const batch = await queue.receive({ maxMessages: 10, waitSeconds: 2 });
-  if (batch.length === 0 && ids.length > 0) break;
+  if (batch.length === 0 && existsSync(process.env.AGENTRL_DRAIN_DONE_FILE ?? "")) break;
   for (const message of batch) {
     ids.push(message.id);
     await queue.delete(message.receiptHandle);
