@@ -2,6 +2,7 @@ import { z } from "zod";
 import type { ExperimentConfig } from "../../shared/config/index.ts";
 import { parseJsonOrThrow } from "../../shared/errors.ts";
 import { createLogger, type Logger } from "../../shared/log.ts";
+import { sleep } from "../../shared/sleep.ts";
 import type { ObjectStore, Transport } from "../../shared/transport/types.ts";
 import { type PlannedGroup, type PlannedTask, requestsOf, TaskMixPlan } from "./plan.ts";
 
@@ -81,19 +82,6 @@ async function readCursor(store: ObjectStore, experimentId: string): Promise<Fee
   const text = await store.getText(feederCursorKey(experimentId));
   if (text === undefined) return { schemaVersion: 1, nextSeq: 0, batchesFed: 0, lastFedVersion: -1 };
   return parseJsonOrThrow(FeederCursor, text, feederCursorKey(experimentId));
-}
-
-function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    if (signal?.aborted) return resolve();
-    const timer = setTimeout(done, ms);
-    function done(): void {
-      clearTimeout(timer);
-      signal?.removeEventListener("abort", done);
-      resolve();
-    }
-    signal?.addEventListener("abort", done, { once: true });
-  });
 }
 
 /**

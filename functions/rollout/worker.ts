@@ -4,6 +4,7 @@ import { AgentRlError, parseJsonOrThrow, ValidationError } from "../../shared/er
 import { createLogger, type Logger } from "../../shared/log.ts";
 import { PolicyClient, PolicyUnavailableError } from "../../shared/policy/client.ts";
 import { RolloutRequest, Trajectory, TrajectoryReady } from "../../shared/protocol/messages.ts";
+import { sleep } from "../../shared/sleep.ts";
 import type { ReceivedMessage, Transport } from "../../shared/transport/types.ts";
 import { type EnvApi, type EpisodeCodec, runEpisode, trajectoryIdOf, trajectoryKey } from "./episode.ts";
 import type { PolicyPool } from "./pool.ts";
@@ -52,19 +53,6 @@ export function isInfrastructureFailure(error: unknown): boolean {
 
 function describeError(error: unknown): string {
   return error instanceof Error ? `${error.name}: ${error.message}` : String(error);
-}
-
-function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    if (signal?.aborted) return resolve();
-    const timer = setTimeout(done, ms);
-    function done(): void {
-      clearTimeout(timer);
-      signal?.removeEventListener("abort", done);
-      resolve();
-    }
-    signal?.addEventListener("abort", done, { once: true });
-  });
 }
 
 /** TrajectoryReady of a stored trajectory. */

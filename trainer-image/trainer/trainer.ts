@@ -9,6 +9,7 @@ import { type PolicyPublished, Trajectory, TrajectoryReady } from "../../shared/
 import type { StepMetrics } from "../../shared/protocol/metrics.ts";
 import type { PpoParams } from "../../shared/rl/ppo.ts";
 import { padRows, ppoLossTensors } from "../../shared/rl/tensor.ts";
+import { sleep } from "../../shared/sleep.ts";
 import type { ReceivedMessage, Transport } from "../../shared/transport/types.ts";
 import { importanceWeights, prepareBatch, taskMetrics } from "./batch.ts";
 import { type BufferedGroup, GroupBuffer, groupsNeeded } from "./buffer.ts";
@@ -49,19 +50,6 @@ export interface TrainerSummary {
   readonly step: number;
   readonly version: number;
   readonly totals: Readonly<Record<string, number>>;
-}
-
-function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    if (signal?.aborted) return resolve();
-    const timer = setTimeout(done, ms);
-    function done(): void {
-      clearTimeout(timer);
-      signal?.removeEventListener("abort", done);
-      resolve();
-    }
-    signal?.addEventListener("abort", done, { once: true });
-  });
 }
 
 function describeError(error: unknown): string {
