@@ -3,32 +3,22 @@
  * function of (task, index), so the same index always yields the same database, graph or catalogue
  * on every worker and in every test.
  */
+import { hashString, seededRandom } from "../../shared/rl/random.ts";
 
-/** 32-bit FNV-1a hash of a string; the seed source for `rngFor`. */
-export function hashString(text: string): number {
-  let hash = 0x811c9dc5;
-  for (let i = 0; i < text.length; i++) {
-    hash ^= text.charCodeAt(i);
-    hash = Math.imul(hash, 0x01000193);
-  }
-  return hash >>> 0;
-}
+/** 32-bit FNV-1a hash of a string; the seed source for `rngFor` (the project's one implementation). */
+export { hashString };
 
 /** A deterministic random source (mulberry32) with the few draws the generators need. */
 export class Rng {
-  private state: number;
+  private readonly draw: () => number;
 
   constructor(seed: number) {
-    this.state = seed >>> 0;
+    this.draw = seededRandom(seed);
   }
 
   /** Uniform float in [0, 1). */
   next(): number {
-    this.state = (this.state + 0x6d2b79f5) >>> 0;
-    let t = this.state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+    return this.draw();
   }
 
   /** Uniform integer in [min, max] (both inclusive). */

@@ -5,19 +5,17 @@
  * log_softmax(logits)[token].
  */
 
+import { seededRandom } from "../../shared/rl/random.ts";
+
 /** Deterministic 32-bit RNG (mulberry32): same seed, same stream. */
 export class SeededRandom {
-  private state: number;
+  private readonly draw: () => number;
   constructor(seed: number) {
-    this.state = seed >>> 0;
+    this.draw = seededRandom(seed);
   }
   /** Uniform in [0, 1). */
   next(): number {
-    this.state = (this.state + 0x6d2b79f5) >>> 0;
-    let t = this.state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+    return this.draw();
   }
 }
 
