@@ -9,7 +9,7 @@ import {
   isAgentOutcome,
 } from "../../shared/env/client.ts";
 import { freePort } from "../support/moto.ts";
-import { call } from "./helpers.ts";
+import { call, waitFor } from "./helpers.ts";
 
 /** Unit tests of the retry policy with a scripted fetch (the integration suites use real servers). */
 function scripted(answers: Array<() => Response | Promise<Response>>) {
@@ -85,7 +85,7 @@ describe("ControllerClient", () => {
     await expect(client.interact(5, call("x", {}))).resolves.toMatchObject({ status: "running" });
     await expect(client.interact(5, call("x", {}))).rejects.toBeInstanceOf(EnvUnavailableError);
     // After the failed turn the client cancels the session it gives up on.
-    await new Promise((resolve) => setTimeout(resolve, 20));
+    await waitFor(() => fake.calls.length >= 4, 5_000, "the cancel after the failed turn");
     expect(fake.calls).toEqual(["interact", "interact", "interact", "cancel"]);
   });
 

@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { CheckpointFollower, type PolicySource, targetVersion } from "../../trainer-image/policy-server/follower.ts";
 import { SeededRandom, sampleToken } from "../../trainer-image/policy-server/sampling.ts";
+import { waitFor } from "../env/helpers.ts";
 import { ScriptedPolicy } from "./scripted.ts";
 
 const logits = Float32Array.from([2, 1, 0.5, -1, 0]);
@@ -115,7 +116,7 @@ describe("checkpoint follower", () => {
       },
     });
     follower.start();
-    await new Promise((resolve) => setTimeout(resolve, 150));
+    await waitFor(() => calls >= 3, 10_000, "three polls of the store");
     await follower.stop();
     expect(calls).toBeGreaterThanOrEqual(3);
     expect(served).toBe(5);

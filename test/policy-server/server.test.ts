@@ -231,12 +231,19 @@ describe("policy server", () => {
   });
 
   it("fails requests cleanly when the server shuts down mid-generation", async () => {
-    const { server, url } = await start([]);
+    const { server, url, policy } = await start([]);
+    // Close from inside decode step 5, so the request is surely mid-generation however fast it runs.
+    let closing: Promise<void> | undefined;
+    const decoder = policy.decoder;
+    if (!decoder) throw new Error("the server did not create a decoder");
+    decoder.afterStep = (steps) => {
+      if (steps === 5) closing = server.close();
+    };
     const pending = post(url, { messages, max_tokens: 400 }).catch((error: unknown) => error);
-    await new Promise((resolve) => setTimeout(resolve, 20));
-    await server.close();
     const outcome = (await pending) as { status: number; json: { error: string } };
     expect(outcome.status).toBe(503);
     expect(outcome.json.error).toMatch(/shutting down/);
+    await closing;
+    expect(server.scheduler.stats().generatedTokens).toBeLessThan(400);
   });
 });
