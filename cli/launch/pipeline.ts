@@ -73,6 +73,7 @@ export async function runPipeline(options: PipelineOptions): Promise<PipelineRes
     const controllerUrl = await startEnvStack(supervisor, {
       ...(config.tasks.controllerUrl ? { controllerUrl: config.tasks.controllerUrl } : {}),
       tasks: config.tasks.mix.map((t) => ({ name: t.name, concurrency: t.concurrency })),
+      workerRestarts: ROLE_RESTARTS,
     });
     const currentUrl = await startPolicyServer(supervisor, { name: "policy-current", configFile, pool: "current" });
     const cross = config.rollout.crossPolicy;

@@ -10,6 +10,9 @@ export interface EnvStackOptions {
   readonly controllerPort?: number;
   /** Worker heartbeat period; short locally so the stack is ready quickly. @default 2000 */
   readonly heartbeatMs?: number;
+  /** Restarts of a crashed env worker (a fresh worker registers with its next heartbeat, as a
+   * replaced container does; its sessions end as lost and the rollout side retries them). @default 0 */
+  readonly workerRestarts?: number;
 }
 
 /**
@@ -36,6 +39,7 @@ export async function startEnvStack(supervisor: Supervisor, options: EnvStackOpt
         "--heartbeat-ms",
         heartbeatMs,
       ],
+      maxRestarts: options.workerRestarts ?? 0,
     });
   }
   const client = new ControllerClient({ baseUrl: controllerUrl, maxRetries: 0 });

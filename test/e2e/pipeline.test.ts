@@ -9,6 +9,7 @@ import { type ExperimentConfig, parseConfig } from "../../shared/config/index.ts
 import { parseJsonOrThrow } from "../../shared/errors.ts";
 import { listVersions } from "../../shared/model/checkpoint.ts";
 import { Trajectory } from "../../shared/protocol/messages.ts";
+import type { ObjectStore } from "../../shared/transport/types.ts";
 import { createTransport } from "../../shared/transport/index.ts";
 import { readLedger } from "../../trainer-image/trainer/ledger.ts";
 import { type MotoServer, startMoto } from "../support/moto.ts";
@@ -36,12 +37,13 @@ function tinyConfig(experimentId: string, transport: Record<string, unknown> = {
 /** Runs one experiment end to end and checks what issue 6 asks of it. */
 async function runAndCheck(config: ExperimentConfig, base: string, faults = false): Promise<void> {
   const runDir = mkdtempSync(join(tmpdir(), `agentrl-e2e-${config.experimentId}-`));
-  const killer = faults ? killAfterFirstStep(runDir, ["trainer", "rollout"]) : undefined;
+  const injected = faults ? injectFaults(runDir) : undefined;
   const result = await runPipeline({ config, runDir, baseCheckpoint: base, evalInstances: 1 });
-  if (killer) {
-    // The trainer and the rollout worker were SIGKILLed after step 1; the supervisor restarted both.
-    expect(await killer).toEqual(["trainer", "rollout"]);
-    for (const role of ["trainer", "rollout-0"])
+  const faulted = await injected;
+  if (faulted) {
+    // The db env worker, then the trainer and the rollout worker were SIGKILLed after step 1; the supervisor restarted each.
+    expect(faulted.killed).toEqual(["env-db", "trainer", "rollout"]);
+    for (const role of ["env-db", "trainer", "rollout-0"])
       expect(readFileSync(join(runDir, "logs", `${role}.log`), "utf8")).toMatch(/\[supervisor\] .* restart 1/);
   }
 
@@ -63,13 +65,14 @@ async function runAndCheck(config: ExperimentConfig, base: string, faults = fals
     expect(consumed[2]?.length).toBeGreaterThanOrEqual(MAX_STEPS * 2 * 2);
     for (const earlier of [consumed[0], consumed[1]]) for (const id of earlier ?? []) expect(consumed[2]).toContain(id);
 
-    const stored = await transport.store("trajectories").list(`trajectories/${config.experimentId}/`);
-    const storedIds = new Set<string>();
-    for (const object of stored) {
-      const text = await transport.store("trajectories").getText(object.key);
-      storedIds.add(parseJsonOrThrow(Trajectory, text ?? "", object.key).trajectoryId);
+    const stored = await storedTrajectories(transport.store("trajectories"));
+    for (const id of consumed[2] ?? []) expect(stored.has(id)).toBe(true);
+    // An episode whose env worker died was rerun on a fresh session: what was stored is the
+    // rerun (attempt >= 1) with the agent's own outcome, not the infrastructure's failure.
+    for (const id of faulted?.retried ?? []) {
+      expect(stored.get(id)?.attempt).toBeGreaterThanOrEqual(1);
+      expect(stored.get(id)?.status).not.toBe("cancelled");
     }
-    for (const id of consumed[2] ?? []) expect(storedIds.has(id)).toBe(true);
   } finally {
     await transport.close();
   }
@@ -85,25 +88,91 @@ async function runAndCheck(config: ExperimentConfig, base: string, faults = fals
   expect(result.reportFile).toBe(join(runDir, "report.html"));
 }
 
-/** SIGKILLs the named roles of the run in `runDir` once its trainer has published a first step. */
-async function killAfterFirstStep(runDir: string, roles: readonly string[]): Promise<string[]> {
-  const configFile = join(runDir, "config.json");
-  for (let waited = 0; waited < 300_000; waited += 200) {
-    const metrics = existsSync(join(runDir, "metrics.jsonl"))
-      ? readFileSync(join(runDir, "metrics.jsonl"), "utf8")
-      : "";
-    if (metrics.trim() !== "") break;
-    await new Promise((r) => setTimeout(r, 200));
+/** Waits up to `ms` for `check`, polling every 200 ms; fails naming `what`. */
+async function until<T>(what: string, ms: number, check: () => T | undefined | Promise<T | undefined>): Promise<T> {
+  for (const deadline = Date.now() + ms; Date.now() < deadline; await new Promise((r) => setTimeout(r, 200))) {
+    const value = await check();
+    if (value !== undefined) return value;
   }
+  throw new Error(`timed out waiting for ${what}`);
+}
+
+/** The JSON log lines of one role of the run in `runDir`. */
+function logRecords(runDir: string, role: string): Array<Record<string, unknown>> {
+  const file = join(runDir, "logs", `${role}.log`);
+  if (!existsSync(file)) return [];
+  return readFileSync(file, "utf8")
+    .split("\n")
+    .filter((line) => line.startsWith("{"))
+    .map((line) => JSON.parse(line) as Record<string, unknown>);
+}
+
+/** PIDs of this test's own children whose command line contains `needle` (other test files run in parallel). */
+function childPids(needle: string): number[] {
+  return execFileSync("ps", ["-eo", "pid=,ppid=,args="], { encoding: "utf8" })
+    .split("\n")
+    .map((line) => line.trim().split(/\s+/))
+    .filter(([, ppid, ...args]) => Number(ppid) === process.pid && args.join(" ").includes(needle))
+    .map(([pid]) => Number(pid));
+}
+
+interface InjectedFaults {
+  /** Trajectory ids whose episode lost its env worker and was rerun on a fresh session. */
+  readonly retried: string[];
+  readonly killed: string[];
+}
+
+/**
+ * Once the trainer has published a first step: SIGKILLs the db env worker while a db episode is
+ * running and waits until the rollout worker has rerun that episode on a fresh session and stored
+ * it; then SIGKILLs the trainer and the rollout worker.
+ */
+async function injectFaults(runDir: string): Promise<InjectedFaults> {
+  await until("the first trainer step", 300_000, () =>
+    existsSync(join(runDir, "metrics.jsonl")) && readFileSync(join(runDir, "metrics.jsonl"), "utf8").trim() !== ""
+      ? true
+      : undefined,
+  );
+  const controllerUrl = logRecords(runDir, "controller").find((r) => r.event === "listening")?.url as string;
+  await until("a running db episode", 120_000, async () => {
+    const sessions = (await (await fetch(`${controllerUrl}/api/list_sessions`)).json()) as Record<string, { name: string }>;
+    return Object.values(sessions).some((session) => session.name === "db") ? true : undefined;
+  });
   const killed: string[] = [];
-  const processes = execFileSync("ps", ["-eo", "pid=,args="], { encoding: "utf8" }).split("\n");
-  for (const role of roles) {
-    const line = processes.find((p) => p.includes(configFile) && p.includes(`agentrl.mjs ${role} `));
-    if (!line) continue;
-    process.kill(Number(line.trim().split(/\s+/)[0]), "SIGKILL");
+  for (const pid of childPids("agentrl.mjs env serve db")) process.kill(pid, "SIGKILL");
+  killed.push("env-db");
+  const retried = await until("the rollout worker to retry the lost episode", 120_000, () => {
+    const ids = logRecords(runDir, "rollout-0")
+      .filter((r) => r.msg === "infrastructure failure; retrying with a fresh session")
+      .map((r) => r.trajectoryId as string);
+    return ids.length > 0 ? ids : undefined;
+  });
+  const configFile = join(runDir, "config.json");
+  const transport = await createTransport(parseConfig(JSON.parse(readFileSync(configFile, "utf8"))).transport);
+  try {
+    const store = transport.store("trajectories");
+    await until("the retried episode to be stored", 120_000, async () => {
+      const ids = await storedTrajectories(store);
+      return retried.every((id) => ids.has(id)) ? true : undefined;
+    });
+  } finally {
+    await transport.close();
+  }
+  for (const role of ["trainer", "rollout"]) {
+    for (const pid of childPids(`agentrl.mjs ${role} --config ${configFile}`)) process.kill(pid, "SIGKILL");
     killed.push(role);
   }
-  return killed;
+  return { retried, killed };
+}
+
+/** Every stored trajectory of the store, by id. */
+async function storedTrajectories(store: ObjectStore): Promise<Map<string, Trajectory>> {
+  const out = new Map<string, Trajectory>();
+  for (const object of await store.list("trajectories/")) {
+    const trajectory = parseJsonOrThrow(Trajectory, (await store.getText(object.key)) ?? "", object.key);
+    out.set(trajectory.trajectoryId, trajectory);
+  }
+  return out;
 }
 
 describe("the whole pipeline, end to end on tiny settings", () => {
@@ -125,7 +194,7 @@ describe("the whole pipeline, end to end on tiny settings", () => {
     await moto?.stop();
   });
 
-  it("on the local transport (SQLite queue + directory store), surviving a SIGKILLed trainer and rollout worker", async () => {
+  it("on the local transport (SQLite queue + directory store), surviving a SIGKILLed env worker, trainer and rollout worker", async () => {
     await runAndCheck(tinyConfig("e2e-local", { visibilityTimeoutSeconds: 10 }), base, true);
   }, 420_000);
 
