@@ -9,8 +9,8 @@ import { type ExperimentConfig, parseConfig } from "../../shared/config/index.ts
 import { parseJsonOrThrow } from "../../shared/errors.ts";
 import { listVersions } from "../../shared/model/checkpoint.ts";
 import { Trajectory } from "../../shared/protocol/messages.ts";
-import type { ObjectStore } from "../../shared/transport/types.ts";
 import { createTransport } from "../../shared/transport/index.ts";
+import type { ObjectStore } from "../../shared/transport/types.ts";
 import { readLedger } from "../../trainer-image/trainer/ledger.ts";
 import { type MotoServer, startMoto } from "../support/moto.ts";
 
@@ -135,7 +135,10 @@ async function injectFaults(runDir: string): Promise<InjectedFaults> {
   );
   const controllerUrl = logRecords(runDir, "controller").find((r) => r.event === "listening")?.url as string;
   await until("a running db episode", 120_000, async () => {
-    const sessions = (await (await fetch(`${controllerUrl}/api/list_sessions`)).json()) as Record<string, { name: string }>;
+    const sessions = (await (await fetch(`${controllerUrl}/api/list_sessions`)).json()) as Record<
+      string,
+      { name: string }
+    >;
     return Object.values(sessions).some((session) => session.name === "db") ? true : undefined;
   });
   const killed: string[] = [];
