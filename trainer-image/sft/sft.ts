@@ -18,6 +18,9 @@ import type { ObjectStore } from "../../shared/transport/types.ts";
  * random (episode indices, weight init, batches) derives from `seed`, so a run is reproducible.
  */
 
+/** Traces (drawn from the seed) the loss before and after training is measured on. */
+const LOSS_SAMPLE = 64;
+
 export class SftError extends AgentRlError {
   override readonly name = "SftError";
 }
@@ -59,7 +62,7 @@ export interface SftResult {
   readonly manifest: CheckpointManifest;
   readonly traces: readonly TraceStats[];
   readonly losses: readonly number[];
-  /** Mean loss per assistant token over all traces, before and after training. */
+  /** Mean loss per assistant token over a seeded sample of up to 64 traces, before and after training. */
   readonly lossBefore: number;
   readonly lossAfter: number;
   readonly trainTokensPerSecond: number;
@@ -146,7 +149,14 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
     },
   });
   try {
-    const lossBefore = maskedLoss(policy, sequences, masks);
+    // Loss before/after on a fixed sample: a forward pass over every trace costs minutes at this scale.
+    const sampleRandom = seededRandomFrom(seed, "sft-loss-sample");
+    const sample = Array.from({ length: Math.min(LOSS_SAMPLE, sequences.length) }, () =>
+      Math.floor(sampleRandom() * sequences.length),
+    );
+    const sampleSequences = sample.map((r) => sequences[r] as Int32Array);
+    const sampleMasks = sample.map((r) => masks[r] as Float32Array);
+    const lossBefore = maskedLoss(policy, sampleSequences, sampleMasks);
     const random = seededRandomFrom(seed, "sft-batches");
     const losses: number[] = [];
     let trainedTokens = 0;
@@ -167,7 +177,7 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
       if (step % 10 === 0 || step === options.steps) log.info({ step, loss }, "sft step");
     }
     const trainSeconds = Math.max(1e-3, (Date.now() - trainStart) / 1000);
-    const lossAfter = maskedLoss(policy, sequences, masks);
+    const lossAfter = maskedLoss(policy, sampleSequences, sampleMasks);
     const trainTokensPerSecond = trainedTokens / trainSeconds;
     const metrics: Record<string, number> = {
       "sft/loss_before": lossBefore,
