@@ -143,8 +143,8 @@ describe("faults", () => {
       "re-registration",
     );
     const elapsed = Date.now() - restartedAt;
-    // One heartbeat period plus scheduling slack on a busy machine.
-    expect(elapsed).toBeLessThan(heartbeatMs * 8);
+    // One heartbeat period plus scheduling slack for a busy CI machine.
+    expect(elapsed).toBeLessThan(heartbeatMs * 8 + 2_000);
     // The session of the old controller is unknown now; reconciliation cancels it on the worker.
     await waitFor(() => worker.sessionCount === 0, 5_000, "orphan cancelled");
     await expect(client.startSample("example", 4)).resolves.toMatchObject({ status: "running" });
