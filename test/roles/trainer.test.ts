@@ -222,6 +222,7 @@ describe("runTrainer on the local transport with a tiny model", () => {
       expect(Number.isFinite(line.metrics["loss/policy"])).toBe(true);
       expect(Number.isFinite(line.metrics["loss/kl"])).toBe(true);
       expect(line.metrics["policy/grad_norm"]).toBeGreaterThan(0);
+      expect(line.metrics["time/publish_seconds"]).toBeGreaterThan(0);
       expect(line.metrics["task/db/success"]).toBe(0.5);
       expect(line.metrics["task/os/reward"]).toBeCloseTo(0.4, 9);
     }

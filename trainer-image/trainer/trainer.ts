@@ -327,6 +327,7 @@ export async function runTrainer(
 
     let published = false;
     if (step % trainer.checkpointEvery === 0 || step >= trainer.maxSteps) {
+      const publishStart = Date.now();
       const next = version + 1;
       await options.beforePublish?.(next);
       await writeLedger(checkpoints, {
@@ -366,6 +367,8 @@ export async function runTrainer(
           // an older receipt of a redelivered message is no longer valid; the newest one was deleted
           log.debug({ err: error }, "delete of an outdated receipt failed");
         });
+      // After the manifest was written, so it lands in the metrics line only.
+      metrics["time/publish_seconds"] = (Date.now() - publishStart) / 1000;
     }
     const line: StepMetrics = {
       schemaVersion: 1,
