@@ -1,3 +1,4 @@
+import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 import { QUICKSTART_CONFIG } from "../../cli/commands/train.ts";
 import { BASE_CHECKPOINT_DIR } from "../../cli/launch/pipeline.ts";
@@ -6,9 +7,11 @@ import { loadCheckpoint } from "../../shared/model/checkpoint.ts";
 import { initBackend } from "../../shared/model/index.ts";
 import { LocalObjectStore } from "../../shared/transport/local.ts";
 
-describe("what npm start runs", () => {
-  it("is a valid config over all five tasks whose model is the committed base checkpoint's", async () => {
-    const config = await loadConfig(QUICKSTART_CONFIG);
+const SHIPPED = [QUICKSTART_CONFIG, fileURLToPath(new URL("../../configs/learning.yaml", import.meta.url))];
+
+describe("the shipped configs (npm start runs the first)", () => {
+  it.each(SHIPPED)("%s is valid, over all five tasks, with the committed base checkpoint's model", async (file) => {
+    const config = await loadConfig(file);
     expect(config.tasks.mix.map((t) => t.name).sort()).toEqual(["alfworld", "db", "kg", "os", "webshop"]);
     await initBackend("wasm");
     const base = await loadCheckpoint(new LocalObjectStore(BASE_CHECKPOINT_DIR), 0);
