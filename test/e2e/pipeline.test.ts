@@ -1,4 +1,4 @@
-import { execFileSync, spawnSync } from "node:child_process";
+import { execFileSync } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -12,6 +12,7 @@ import { Trajectory } from "../../shared/protocol/messages.ts";
 import { createTransport } from "../../shared/transport/index.ts";
 import type { ObjectStore } from "../../shared/transport/types.ts";
 import { readLedger } from "../../trainer-image/trainer/ledger.ts";
+import { agentrl } from "../support/cli.ts";
 import { type MotoServer, startMoto } from "../support/moto.ts";
 
 /** A model small enough that the test is about the pipeline, not about arithmetic speed. */
@@ -182,13 +183,12 @@ describe("the whole pipeline, end to end on tiny settings", () => {
   let base: string;
   let moto: MotoServer | undefined;
 
-  beforeAll(() => {
+  beforeAll(async () => {
     base = mkdtempSync(join(tmpdir(), "agentrl-e2e-base-"));
     const sets = Object.entries(TINY_MODEL).flatMap(([k, v]) => ["--set", `policy.model.${k}=${v}`]);
-    const sft = spawnSync(
-      process.execPath,
-      ["bin/agentrl.mjs", "sft", "--out", base, "--tasks", "db", "kg", "--episodes", "3", "--steps", "2", ...sets],
-      { encoding: "utf8" },
+    const sft = await agentrl(
+      ["sft", "--out", base, "--tasks", "db", "kg", "--episodes", "3", "--steps", "2", ...sets],
+      { timeoutMs: 230_000 },
     );
     expect(sft.status, sft.stderr).toBe(0);
   }, 240_000);

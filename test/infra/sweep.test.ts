@@ -1,4 +1,3 @@
-import { spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -6,6 +5,7 @@ import { describe, expect, it } from "vitest";
 import { type ExperimentRunner, runSweep } from "../../functions/sweep/run.ts";
 import { expandGrid, loadSweepSpec, parseSweepSpec, type SweepSpecInput } from "../../functions/sweep/spec.ts";
 import { ValidationError } from "../../shared/errors.ts";
+import { agentrl } from "../support/cli.ts";
 import { REPOSITORY_ROOT } from "./synth.ts";
 
 const spec: SweepSpecInput = {
@@ -103,21 +103,16 @@ describe("runSweep", () => {
 
 describe("agentrl sweep", () => {
   const cli = (args: string[], env: NodeJS.ProcessEnv = {}) =>
-    spawnSync(process.execPath, [join(REPOSITORY_ROOT, "bin/agentrl.mjs"), "sweep", ...args], {
-      cwd: REPOSITORY_ROOT,
-      encoding: "utf8",
-      env: { ...process.env, ...env },
-      timeout: 60_000,
-    });
+    agentrl(["sweep", ...args], { cwd: REPOSITORY_ROOT, env, timeoutMs: 60_000 });
 
-  it("--dry-run prints the grid and runs nothing; a bad grid exits 2 naming the field", () => {
+  it("--dry-run prints the grid and runs nothing; a bad grid exits 2 naming the field", async () => {
     const dir = mkdtempSync(join(tmpdir(), "agentrl-sweep-cli-"));
     const file = join(dir, "sweep.yaml");
     writeFileSync(
       file,
       "name: lr\nbase:\n  trainer:\n    maxSteps: 2\ngrid:\n  trainer.learningRate: [0.0001, 0.5]\n  rollout.groupSize: [2, 4]\n",
     );
-    const dry = cli([file, "--dry-run"]);
+    const dry = await cli([file, "--dry-run"]);
     expect(dry.status).toBe(0);
     expect(dry.stdout).toBe(
       [
@@ -131,7 +126,7 @@ describe("agentrl sweep", () => {
     );
 
     const log = join(dir, "ran.log");
-    const run = cli(
+    const run = await cli(
       [
         file,
         "--work-dir",
@@ -149,7 +144,7 @@ describe("agentrl sweep", () => {
     expect(readFileSync(join(dir, "work", "lr-1", "runs", "metrics.jsonl"), "utf8")).toContain('"experimentId":"lr-1"');
 
     writeFileSync(file, "name: lr\ngrid:\n  rollout.groupSize: [1]\n");
-    const bad = cli([file, "--dry-run"]);
+    const bad = await cli([file, "--dry-run"]);
     expect(bad.status).toBe(2);
     expect(bad.stderr).toMatch(/sweep grid point 0 \(rollout\.groupSize=1\): rollout\.groupSize/);
   });

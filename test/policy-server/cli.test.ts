@@ -1,16 +1,5 @@
-import { execFile } from "node:child_process";
-import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
-
-const BIN = fileURLToPath(new URL("../../bin/agentrl.mjs", import.meta.url));
-
-function agentrl(args: string[]): Promise<{ code: number; stderr: string }> {
-  return new Promise((resolve) => {
-    execFile(process.execPath, [BIN, ...args], { timeout: 50_000 }, (error, _stdout, stderr) => {
-      resolve({ code: typeof error?.code === "number" ? error.code : error ? 1 : 0, stderr });
-    });
-  });
-}
+import { agentrl } from "../support/cli.ts";
 
 describe("agentrl sft / policy serve: bad input is one clear line, never a stack trace", () => {
   it("explains what is wrong and what is allowed", async () => {
@@ -20,11 +9,11 @@ describe("agentrl sft / policy serve: bad input is one clear line, never a stack
       agentrl(["policy", "serve", "--pool", "newest"]),
       agentrl(["sft", "--lr", "-1", "--store"]),
     ]);
-    expect(noOut.code).toBe(2);
+    expect(noOut.status).toBe(2);
     expect(noOut.stderr).toMatch(/--out\/--store: give exactly one: --out DIR or --store/);
-    expect(badTask.code).toBe(2);
+    expect(badTask.status).toBe(2);
     expect(badTask.stderr).toMatch(/--tasks: unknown task\(s\) chess; available: .*alfworld/);
-    expect(badPool.code).not.toBe(0);
+    expect(badPool.status).not.toBe(0);
     expect(badPool.stderr).toMatch(/--pool must be "current" or "stale", got "newest"/);
     expect(badLr.stderr).toMatch(/--lr must be a number > 0, got "-1"/);
     for (const run of [noOut, badTask, badPool, badLr]) expect(run.stderr).not.toMatch(/\n\s+at /);

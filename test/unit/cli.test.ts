@@ -1,7 +1,5 @@
-import { spawnSync } from "node:child_process";
 import { describe, expect, it } from "vitest";
-
-const cli = (args: string[]) => spawnSync(process.execPath, ["bin/agentrl.mjs", ...args], { encoding: "utf8" });
+import { agentrl } from "../support/cli.ts";
 
 describe("agentrl run commands reject bad input with one line", () => {
   it.each([
@@ -11,16 +9,16 @@ describe("agentrl run commands reject bad input with one line", () => {
     [["eval", "--policy", "latest"], /--policy must be a version number, "newest" or an http\(s\) URL/],
     [["eval", "--policy", "3", "--split", "dev"], /--split must be "train" or "test"/],
     [["report", "/nonexistent-run"], /is not a run folder/],
-  ])("agentrl %j", (args, message) => {
-    const result = cli(args);
+  ])("agentrl %j", async (args, message) => {
+    const result = await agentrl(args);
     expect(result.status).not.toBe(0);
     expect(result.stderr).toMatch(message);
     expect(result.stdout).toBe("");
   });
 
-  it("documents every run command", () => {
+  it("documents every run command", async () => {
     for (const command of ["train", "start", "eval", "report"]) {
-      const result = cli([command, "--help"]);
+      const result = await agentrl([command, "--help"]);
       expect(result.status).toBe(0);
       expect(result.stdout).toMatch(/^Usage: agentrl /);
     }

@@ -1,4 +1,3 @@
-import { spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -6,6 +5,7 @@ import { describe, expect, it } from "vitest";
 import { applyOverride, envOverrides, loadConfig, parseConfig } from "../../shared/config/index.ts";
 import { configFields, configReferenceMarkdown } from "../../shared/config/reference.ts";
 import { ValidationError } from "../../shared/errors.ts";
+import { agentrl } from "../support/cli.ts";
 
 function issuesOf(fn: () => unknown): Array<{ path: string; message: string }> {
   try {
@@ -93,24 +93,22 @@ describe("experiment config", () => {
 });
 
 describe("agentrl config validate", () => {
-  const cli = (args: string[]) => spawnSync(process.execPath, ["bin/agentrl.mjs", ...args], { encoding: "utf8" });
-
-  it("exits 2 with one line naming the field on a bad config", () => {
+  it("exits 2 with one line naming the field on a bad config", async () => {
     const dir = mkdtempSync(join(tmpdir(), "agentrl-cli-"));
     const file = join(dir, "bad.yaml");
     writeFileSync(file, "trainer:\n  estimator: ppo\n");
-    const result = cli(["config", "validate", file]);
+    const result = await agentrl(["config", "validate", file]);
     expect(result.status).toBe(2);
     const lines = result.stderr.trim().split("\n");
     expect(lines).toHaveLength(1);
     expect(lines[0]).toMatch(/^agentrl: invalid config: trainer\.estimator: .*"grpo"/);
   });
 
-  it("accepts a good config and prints the resolved one", () => {
+  it("accepts a good config and prints the resolved one", async () => {
     const dir = mkdtempSync(join(tmpdir(), "agentrl-cli-"));
     const file = join(dir, "ok.json");
     writeFileSync(file, JSON.stringify({ trainer: { maxSteps: 2 } }));
-    const result = cli(["config", "validate", file, "--print", "--set", "seed=7"]);
+    const result = await agentrl(["config", "validate", file, "--print", "--set", "seed=7"]);
     expect(result.status).toBe(0);
     const resolved = JSON.parse(result.stdout) as { seed: number; trainer: { maxSteps: number } };
     expect(resolved.seed).toBe(7);
