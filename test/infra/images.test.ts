@@ -4,6 +4,7 @@ import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { CONTAINER_COMMAND } from "../../infra/constructs/roleService.ts";
 import { CONTAINER_ROLES } from "../../shared/config/containerEnv.ts";
+import { type CliResult, runProcess } from "../support/cli.ts";
 import { freePort } from "../support/moto.ts";
 import { REPOSITORY_ROOT } from "./synth.ts";
 
@@ -73,27 +74,12 @@ function startCmd(cmd: string[], env: Record<string, string>, extraArgs: string[
 }
 
 /** Runs an image's CMD to completion (asynchronously, so several can run side by side). */
-function runCmd(
-  cmd: string[],
-  env: Record<string, string>,
-  extraArgs: string[],
-): Promise<{ status: number | null; stdout: string; stderr: string }> {
+function runCmd(cmd: string[], env: Record<string, string>, extraArgs: string[]): Promise<CliResult> {
   const [command, ...args] = cmd;
-  const child = spawn(command === "node" ? process.execPath : (command as string), [...args, ...extraArgs], {
+  return runProcess(command === "node" ? process.execPath : (command as string), [...args, ...extraArgs], {
     cwd: REPOSITORY_ROOT,
-    env: { ...process.env, ...env },
-    stdio: ["ignore", "pipe", "pipe"],
+    env,
   });
-  children.push(child);
-  let stdout = "";
-  let stderr = "";
-  child.stdout?.on("data", (chunk: Buffer) => {
-    stdout += chunk.toString();
-  });
-  child.stderr?.on("data", (chunk: Buffer) => {
-    stderr += chunk.toString();
-  });
-  return new Promise((resolve) => child.once("exit", (status) => resolve({ status, stdout, stderr })));
 }
 
 // Each test starts several Node processes (tsx + a role) side by side; on a contended 2-core

@@ -20,12 +20,12 @@ export interface CliOptions {
 }
 
 /**
- * Runs `agentrl <args>` as a child process without blocking the test worker: a spawnSync that
- * outlasts 60 s on a loaded machine makes vitest's worker RPC time out, failing a green run.
+ * Runs a command to completion without blocking the test worker: a spawnSync that outlasts 60 s
+ * on a loaded machine makes vitest's worker RPC time out, failing a green run.
  */
-export function agentrl(args: readonly string[], options: CliOptions = {}): Promise<CliResult> {
+export function runProcess(command: string, args: readonly string[], options: CliOptions = {}): Promise<CliResult> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [AGENTRL_BIN, ...args], {
+    const child = spawn(command, args, {
       ...(options.cwd ? { cwd: options.cwd } : {}),
       env: { ...process.env, ...options.env },
       stdio: ["ignore", "pipe", "pipe"],
@@ -48,4 +48,9 @@ export function agentrl(args: readonly string[], options: CliOptions = {}): Prom
       resolve({ status, stdout, stderr });
     });
   });
+}
+
+/** Runs `agentrl <args>` under this Node (see runProcess). */
+export function agentrl(args: readonly string[], options: CliOptions = {}): Promise<CliResult> {
+  return runProcess(process.execPath, [AGENTRL_BIN, ...args], options);
 }
