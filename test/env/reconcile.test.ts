@@ -49,19 +49,25 @@ async function scriptedWorker(
   return Object.assign(server, { held });
 }
 
+/** A controller (no periodic reconciliation) and a scripted worker; `beat` sends its heartbeat. */
+async function controllerWithScriptedWorker(startDelayMs: number, listDelayMs: number) {
+  const controller = await startController({ port: 0, reconcileIntervalMs: 0 });
+  closers.push(() => controller.close());
+  const worker = await scriptedWorker(startDelayMs, listDelayMs);
+  closers.push(() => worker.close());
+  const beat = () =>
+    postJson(`${controller.url}/api/receive_heartbeat`, {
+      name: "scripted",
+      address: `${worker.url}/api`,
+      concurrency: 4,
+      indices: [0],
+    });
+  return { controller, worker, beat };
+}
+
 describe("reconciliation race", () => {
   it("keeps a session whose start answer arrived after the worker listed its sessions", async () => {
-    const controller = await startController({ port: 0, reconcileIntervalMs: 0 });
-    closers.push(() => controller.close());
-    const worker = await scriptedWorker(300, 600);
-    closers.push(() => worker.close());
-    const beat = () =>
-      postJson(`${controller.url}/api/receive_heartbeat`, {
-        name: "scripted",
-        address: `${worker.url}/api`,
-        concurrency: 4,
-        indices: [0],
-      });
+    const { controller, worker, beat } = await controllerWithScriptedWorker(300, 600);
     expect((await beat()).status).toBe(200);
     await sleep(700); // the registration's own reconciliation has finished
 
@@ -87,17 +93,7 @@ describe("reconciliation race", () => {
   });
 
   it("drops a session the worker lost once a listing taken after its last answer omits it", async () => {
-    const controller = await startController({ port: 0, reconcileIntervalMs: 0 });
-    closers.push(() => controller.close());
-    const worker = await scriptedWorker(0, 0);
-    closers.push(() => worker.close());
-    const beat = () =>
-      postJson(`${controller.url}/api/receive_heartbeat`, {
-        name: "scripted",
-        address: `${worker.url}/api`,
-        concurrency: 4,
-        indices: [0],
-      });
+    const { controller, worker, beat } = await controllerWithScriptedWorker(0, 0);
     await beat();
     const started = await postJson(`${controller.url}/api/start_sample`, { name: "scripted", index: 0 });
     const sessionId = String(started.headers.get("session_id"));
