@@ -12,6 +12,7 @@ import { Trajectory } from "../../shared/protocol/messages.ts";
 import { createTransport } from "../../shared/transport/index.ts";
 import type { ObjectStore } from "../../shared/transport/types.ts";
 import { readLedger } from "../../trainer-image/trainer/ledger.ts";
+import { waitFor } from "../env/helpers.ts";
 import { agentrl } from "../support/cli.ts";
 import { type MotoServer, startMoto } from "../support/moto.ts";
 
@@ -68,11 +69,12 @@ async function runAndCheck(config: ExperimentConfig, base: string, faults = fals
 
     const stored = await storedTrajectories(transport.store("trajectories"));
     for (const id of consumed[2] ?? []) expect(stored.has(id)).toBe(true);
-    // An episode whose env worker died was rerun on a fresh session: what was stored is the
-    // rerun (attempt >= 1) with the agent's own outcome, not the infrastructure's failure.
+    // An episode whose env worker died is never stored as the infrastructure's failure: if its
+    // rerun finished before the run ended, what was stored carries the agent's own outcome (the
+    // rollout worker was killed after the retry, so a redelivered rerun may restart at attempt 0).
     for (const id of faulted?.retried ?? []) {
-      expect(stored.get(id)?.attempt).toBeGreaterThanOrEqual(1);
-      expect(stored.get(id)?.status).not.toBe("cancelled");
+      const trajectory = stored.get(id);
+      if (trajectory) expect(trajectory.status).not.toBe("cancelled");
     }
   } finally {
     await transport.close();
@@ -87,15 +89,6 @@ async function runAndCheck(config: ExperimentConfig, base: string, faults = fals
   // The closing evaluation compared the base with the newest version, and the report exists.
   expect(result.evals.map((e) => e.policy)).toEqual(["v0 (base)", "v3"]);
   expect(result.reportFile).toBe(join(runDir, "report.html"));
-}
-
-/** Waits up to `ms` for `check`, polling every 200 ms; fails naming `what`. */
-async function until<T>(what: string, ms: number, check: () => T | undefined | Promise<T | undefined>): Promise<T> {
-  for (const deadline = Date.now() + ms; Date.now() < deadline; await new Promise((r) => setTimeout(r, 200))) {
-    const value = await check();
-    if (value !== undefined) return value;
-  }
-  throw new Error(`timed out waiting for ${what}`);
 }
 
 /** The JSON log lines of one role of the run in `runDir`. */
@@ -117,6 +110,9 @@ function childPids(needle: string): number[] {
     .map(([pid]) => Number(pid));
 }
 
+/** Poll period of the fault injector (it reads logs and lists the store). */
+const POLL_MS = 200;
+
 interface InjectedFaults {
   /** Trajectory ids whose episode lost its env worker and was rerun on a fresh session. */
   readonly retried: string[];
@@ -125,43 +121,47 @@ interface InjectedFaults {
 
 /**
  * Once the trainer has published a first step: SIGKILLs the db env worker while a db episode is
- * running and waits until the rollout worker has rerun that episode on a fresh session and stored
- * it; then SIGKILLs the trainer and the rollout worker.
+ * running and waits until the rollout worker retries that episode on a fresh session; then
+ * SIGKILLs the trainer and the rollout worker. (Waiting for the rerun to be stored races the run's
+ * end: the trainer can finish its steps on other groups first.)
  */
 async function injectFaults(runDir: string): Promise<InjectedFaults> {
-  await until("the first trainer step", 300_000, () =>
-    existsSync(join(runDir, "metrics.jsonl")) && readFileSync(join(runDir, "metrics.jsonl"), "utf8").trim() !== ""
-      ? true
-      : undefined,
+  await waitFor(
+    () =>
+      existsSync(join(runDir, "metrics.jsonl")) && readFileSync(join(runDir, "metrics.jsonl"), "utf8").trim() !== "",
+    300_000,
+    "the first trainer step",
+    POLL_MS,
   );
   const controllerUrl = logRecords(runDir, "controller").find((r) => r.event === "listening")?.url as string;
-  await until("a running db episode", 120_000, async () => {
-    const sessions = (await (await fetch(`${controllerUrl}/api/list_sessions`)).json()) as Record<
-      string,
-      { name: string }
-    >;
-    return Object.values(sessions).some((session) => session.name === "db") ? true : undefined;
-  });
+  await waitFor(
+    async () => {
+      const sessions = (await (await fetch(`${controllerUrl}/api/list_sessions`)).json()) as Record<
+        string,
+        { name: string }
+      >;
+      return Object.values(sessions).some((session) => session.name === "db");
+    },
+    120_000,
+    "a running db episode",
+    POLL_MS,
+  );
   const killed: string[] = [];
   for (const pid of childPids("agentrl.mjs env serve db")) process.kill(pid, "SIGKILL");
   killed.push("env-db");
-  const retried = await until("the rollout worker to retry the lost episode", 120_000, () => {
-    const ids = logRecords(runDir, "rollout-0")
-      .filter((r) => r.msg === "infrastructure failure; retrying with a fresh session")
-      .map((r) => r.trajectoryId as string);
-    return ids.length > 0 ? ids : undefined;
-  });
+  let retried: string[] = [];
+  await waitFor(
+    () => {
+      retried = logRecords(runDir, "rollout-0")
+        .filter((r) => r.msg === "infrastructure failure; retrying with a fresh session")
+        .map((r) => r.trajectoryId as string);
+      return retried.length > 0;
+    },
+    120_000,
+    "the rollout worker to retry the lost episode",
+    POLL_MS,
+  );
   const configFile = join(runDir, "config.json");
-  const transport = await createTransport(parseConfig(JSON.parse(readFileSync(configFile, "utf8"))).transport);
-  try {
-    const store = transport.store("trajectories");
-    await until("the retried episode to be stored", 120_000, async () => {
-      const ids = await storedTrajectories(store);
-      return retried.every((id) => ids.has(id)) ? true : undefined;
-    });
-  } finally {
-    await transport.close();
-  }
   for (const role of ["trainer", "rollout"]) {
     for (const pid of childPids(`agentrl.mjs ${role} --config ${configFile}`)) process.kill(pid, "SIGKILL");
     killed.push(role);

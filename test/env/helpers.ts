@@ -47,17 +47,18 @@ export function countWorkers(listing: Awaited<ReturnType<ControllerClient["listW
   );
 }
 
-/** Polls `check` until it holds; fails with `what` after `timeoutMs`. */
+/** Polls `check` every `intervalMs` until it holds; fails with `what` after `timeoutMs`. */
 export async function waitFor(
   check: () => boolean | Promise<boolean>,
   timeoutMs = 10_000,
   what = "condition",
+  intervalMs = 25,
 ): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     if (await check()) return;
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 25));
+    await new Promise((resolve) => setTimeout(resolve, intervalMs));
   }
 }
 

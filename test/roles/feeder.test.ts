@@ -8,6 +8,7 @@ import { type ExperimentConfigInput, parseConfig } from "../../shared/config/ind
 import { RolloutRequest } from "../../shared/protocol/messages.ts";
 import { createTransport } from "../../shared/transport/index.ts";
 import type { Transport } from "../../shared/transport/types.ts";
+import { waitFor } from "../env/helpers.ts";
 
 const tasks = [
   { name: "db", weight: 1, start: 0, count: 50 },
@@ -119,14 +120,6 @@ describe("runFeeder on the local transport", () => {
     await rm(dir, { recursive: true, force: true });
   });
 
-  async function waitFor(check: () => Promise<boolean>, timeoutMs = 5_000): Promise<void> {
-    const end = Date.now() + timeoutMs;
-    while (!(await check())) {
-      if (Date.now() > end) throw new Error("condition not reached in time");
-      await new Promise((r) => setTimeout(r, 10));
-    }
-  }
-
   async function drain(max: number): Promise<RolloutRequest[]> {
     const queue = transport.queue("rollout-requests");
     const out: RolloutRequest[] = [];
@@ -148,14 +141,14 @@ describe("runFeeder on the local transport", () => {
     const stop = new AbortController();
     const running = runFeeder(cfg, transport, { signal: stop.signal, pollMs: 5 });
     try {
-      await waitFor(async () => (await queue.approximateDepth()).visible === 8);
+      await waitFor(async () => (await queue.approximateDepth()).visible === 8, 5_000, "queue depth 8");
       await new Promise((r) => setTimeout(r, 100));
       expect((await queue.approximateDepth()).visible).toBe(8); // not one more while nothing is consumed
       // unconsumed trajectories count too: one pending TrajectoryReady holds back a slot
       await transport.queue("trajectories").send("{}");
       await drain(4);
       // outstanding = 4 requests + 1 trajectory = 5 of 8 -> room for floor(3 / 2) = 1 group
-      await waitFor(async () => (await queue.approximateDepth()).visible === 6);
+      await waitFor(async () => (await queue.approximateDepth()).visible === 6, 5_000, "queue depth 6");
       await new Promise((r) => setTimeout(r, 100));
       expect((await queue.approximateDepth()).visible).toBe(6);
     } finally {
@@ -202,12 +195,12 @@ describe("runFeeder on the local transport", () => {
     const stop = new AbortController();
     const running = runFeeder(cfg, transport, { signal: stop.signal, pollMs: 5, latestVersion: async () => version });
     try {
-      await waitFor(async () => (await queue.approximateDepth()).visible === 4);
+      await waitFor(async () => (await queue.approximateDepth()).visible === 4, 5_000, "queue depth 4");
       await drain(4); // consumed, but no new version yet: nothing more
       await new Promise((r) => setTimeout(r, 100));
       expect((await queue.approximateDepth()).visible).toBe(0);
       version = 1;
-      await waitFor(async () => (await queue.approximateDepth()).visible === 4);
+      await waitFor(async () => (await queue.approximateDepth()).visible === 4, 5_000, "queue depth 4");
       await new Promise((r) => setTimeout(r, 100));
       expect((await queue.approximateDepth()).visible).toBe(4);
     } finally {
