@@ -14,6 +14,8 @@ interface SftCliOptions {
   seed?: number;
   batch: number;
   lr: number;
+  lrFinal?: number;
+  init?: string;
   out?: string;
   store?: boolean;
 }
@@ -30,6 +32,12 @@ export function register(program: Command): void {
       .option("--seed <n>", "seed of episodes, init and batches (default: config seed)", intOption("--seed", 0))
       .option("--batch <n>", "sequences per step", intOption("--batch", 1), 16)
       .option("--lr <x>", "Adam learning rate", floatOption("--lr"), 3e-3)
+      .option(
+        "--lr-final <x>",
+        "learning rate at the last step, reached linearly (default: --lr, constant)",
+        floatOption("--lr-final"),
+      )
+      .option("--init <dir>", "continue from the warm-up in this folder (its newest version, weights and tokenizer)")
       .option("--out <dir>", "write policies/v0/ under this folder")
       .option("--store", "write into the experiment's checkpoint store"),
   ).action(async (options: SftCliOptions) => {
@@ -50,6 +58,16 @@ export function register(program: Command): void {
         },
       ]);
     const tasks = await Promise.all(names.map((n) => loadTaskModule(n)));
+    let init: ObjectStore | undefined;
+    if (options.init) {
+      const { LocalObjectStore } = await import("../../shared/transport/local.ts");
+      const { newestVersion } = await import("../../shared/model/checkpoint.ts");
+      init = new LocalObjectStore(options.init);
+      if ((await newestVersion(init)) === undefined)
+        throw new ValidationError("sft options", [
+          { path: "--init", message: `${options.init} holds no checkpoint (expected policies/v<N>/ in it)` },
+        ]);
+    }
     const log = createLogger({ role: "sft", experimentId: config.experimentId });
     let close = async () => {};
     let store: ObjectStore;
@@ -73,6 +91,8 @@ export function register(program: Command): void {
         seed,
         batchSize: options.batch,
         learningRate: options.lr,
+        finalLearningRate: options.lrFinal,
+        init,
         store,
         log,
         recipe: `agentrl ${process.argv.slice(2).join(" ")}`,

@@ -9,7 +9,7 @@ import { createLogger } from "../../shared/log.ts";
 import { loadCheckpoint } from "../../shared/model/checkpoint.ts";
 import { initBackend } from "../../shared/model/index.ts";
 import { LocalObjectStore } from "../../shared/transport/local.ts";
-import { collectExpertTraces, runSft, type SftResult } from "../../trainer-image/sft/sft.ts";
+import { collectExpertTraces, runSft, type SftOptions, type SftResult } from "../../trainer-image/sft/sft.ts";
 
 const config = parseConfig({
   policy: {
@@ -22,7 +22,7 @@ const log = createLogger({ role: "test" });
 
 describe("sft warm-up", () => {
   let dir: string;
-  const run = (name: string, seed: number): Promise<SftResult> =>
+  const run = (name: string, seed: number, more: Partial<SftOptions> = {}): Promise<SftResult> =>
     runSft({
       config,
       tasks: [example],
@@ -34,6 +34,7 @@ describe("sft warm-up", () => {
       store: new LocalObjectStore(join(dir, name)),
       log,
       recipe: "test",
+      ...more,
     });
 
   beforeAll(async () => {
@@ -78,5 +79,36 @@ describe("sft warm-up", () => {
     expect(again.losses).toEqual(first.losses);
     const other = await run("c", 6);
     expect(weights(other)).not.toBe(weights(first));
+  });
+
+  it("continues from an earlier warm-up: its weights and tokenizer, byte for byte, then the decayed learning rate", async () => {
+    const first = await run("base", 5);
+    const init = new LocalObjectStore(join(dir, "base"));
+    // Another config shape: the checkpoint's own shape must win.
+    const wider = parseConfig({
+      ...config,
+      policy: { ...config.policy, model: { ...config.policy.model, dModel: 32 } },
+    });
+    const constant = await run("constant", 5, { init, steps: 3, config: wider });
+    const decayed = await run("decayed", 5, { init, steps: 3, finalLearningRate: 1e-6 });
+
+    // Same seed, same traces, same loss sample: the continuation starts where the first run ended.
+    expect(constant.lossBefore).toBeCloseTo(first.lossAfter, 5);
+    const tokenizer = async (name: string) =>
+      (await loadCheckpoint(new LocalObjectStore(join(dir, name)), "newest")).tokenizerJson;
+    expect(await tokenizer("constant")).toBe(await tokenizer("base"));
+    const continued = await loadCheckpoint(new LocalObjectStore(join(dir, "constant")), "newest");
+    expect(continued.config).toEqual(config.policy.model);
+    continued.policy.dispose();
+
+    // Step 1 runs at --lr in both; later steps differ only through the schedule.
+    expect(decayed.losses[0]).toBe(constant.losses[0]);
+    expect(decayed.losses[2]).not.toBe(constant.losses[2]);
+    const recipe = JSON.parse((await init.getText("sft/v0.json")) ?? "{}") as { finalLearningRate: number };
+    expect(recipe.finalLearningRate).toBe(1e-2);
+    const decayedRecipe = JSON.parse(
+      (await new LocalObjectStore(join(dir, "decayed")).getText("sft/v0.json")) ?? "{}",
+    ) as { finalLearningRate: number };
+    expect(decayedRecipe.finalLearningRate).toBe(1e-6);
   });
 });

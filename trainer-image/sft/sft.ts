@@ -1,12 +1,13 @@
 import * as tf from "@tensorflow/tfjs";
 import { ChatCodec } from "../../shared/chat/index.ts";
 import type { ExperimentConfig } from "../../shared/config/index.ts";
+import type { ModelConfig } from "../../shared/config/policy.ts";
 import { runScripted, toolSpecs } from "../../shared/env/session.ts";
 import type { TaskModule } from "../../shared/env/task.ts";
 import { AgentRlError } from "../../shared/errors.ts";
 import type { Logger } from "../../shared/log.ts";
-import { type CheckpointManifest, saveCheckpoint } from "../../shared/model/checkpoint.ts";
-import { createPolicy, initBackend } from "../../shared/model/index.ts";
+import { type CheckpointManifest, loadCheckpoint, saveCheckpoint } from "../../shared/model/checkpoint.ts";
+import { createPolicy, initBackend, type TransformerPolicy } from "../../shared/model/index.ts";
 import type { ChatMessage, ToolSpec } from "../../shared/protocol/openai.ts";
 import { seededRandomFrom } from "../../shared/rl/random.ts";
 import type { ObjectStore } from "../../shared/transport/types.ts";
@@ -16,6 +17,8 @@ import type { ObjectStore } from "../../shared/transport/types.ts";
  * experts act through the same tool API a model uses), a tokenizer trained on those traces, then
  * next-token training with the loss on assistant tokens only, saved as checkpoint v0. Everything
  * random (episode indices, weight init, batches) derives from `seed`, so a run is reproducible.
+ * With `init`, a warm-up continues from an earlier one: its weights and its tokenizer (retraining
+ * the tokenizer would renumber every token the weights were trained on).
  */
 
 /** Traces (drawn from the seed) the loss before and after training is measured on. */
@@ -36,6 +39,10 @@ export interface SftOptions {
   /** Sequences per optimizer step. */
   readonly batchSize: number;
   readonly learningRate: number;
+  /** Learning rate at the last step, reached linearly from `learningRate`. @default learningRate (constant) */
+  readonly finalLearningRate?: number;
+  /** Store holding the warm-up to continue from (its newest version); its model shape wins over the config's. */
+  readonly init?: ObjectStore;
   /** Store the checkpoint goes to (policies/v{version}/). */
   readonly store: ObjectStore;
   /** @default 0 */
@@ -107,7 +114,6 @@ export async function collectExpertTraces(
 /** Behaviour cloning end to end; see the module comment. */
 export async function runSft(options: SftOptions): Promise<SftResult> {
   const { config, log, seed } = options;
-  const model = config.policy.model;
   if (options.tasks.length === 0) throw new SftError("no tasks to collect expert traces from");
   await initBackend(config.policy.backend);
 
@@ -116,7 +122,12 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
   log.info({ traces: traces.length, seconds: (Date.now() - started) / 1000 }, "expert traces collected");
   if (traces.length === 0) throw new SftError("the experts produced no successful episode");
 
-  const codec = ChatCodec.train(traces, model.vocabSize);
+  const start = options.init ? await loadCheckpoint(options.init, "newest", { trainable: true }) : undefined;
+  const model: ModelConfig = start?.config ?? config.policy.model;
+  const codec = start
+    ? ChatCodec.fromTokenizerJson(JSON.parse(start.tokenizerJson))
+    : ChatCodec.train(traces, model.vocabSize);
+  if (start) log.info({ version: start.manifest.version, model }, "continuing from an earlier warm-up");
   const encoded = traces.map((trace) => ({ trace, ...codec.encodeConversation(trace.messages, trace.tools) }));
   const fitting = encoded.filter((e) => e.tokens.length <= model.contextLength && e.lossMask.includes(1));
   const traceStats: TraceStats[] = [...stats].map(([task, s]) => {
@@ -131,23 +142,26 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
       maxTokens: Math.max(0, ...lengths),
     };
   });
-  log.info({ traces: traceStats, vocabulary: codec.tokenizer.size }, "tokenizer trained on the traces");
-  if (fitting.length === 0)
+  log.info({ traces: traceStats, vocabulary: codec.tokenizer.size }, start ? "traces encoded with the earlier tokenizer" : "tokenizer trained on the traces");
+  if (fitting.length === 0) {
+    start?.policy.dispose();
     throw new SftError(
       `no trace fits the context window of ${model.contextLength} tokens; raise policy.model.contextLength`,
     );
+  }
 
   const sequences = fitting.map((e) => Int32Array.from(e.tokens));
   const masks = fitting.map((e) => Float32Array.from(e.lossMask));
-  const policy = createPolicy(model, seed, {
-    optimizer: {
-      learningRate: options.learningRate,
-      gradClip: config.trainer.gradClip,
-      adamBeta1: config.trainer.adamBeta1,
-      adamBeta2: config.trainer.adamBeta2,
-      microBatchTokens: config.trainer.microBatchTokens,
-    },
-  });
+  const optimizer = {
+    learningRate: options.learningRate,
+    gradClip: config.trainer.gradClip,
+    adamBeta1: config.trainer.adamBeta1,
+    adamBeta2: config.trainer.adamBeta2,
+    microBatchTokens: config.trainer.microBatchTokens,
+  };
+  const policy: TransformerPolicy = start?.policy ?? createPolicy(model, seed, { optimizer });
+  policy.optimizer = { ...policy.optimizer, ...optimizer };
+  const finalLearningRate = options.finalLearningRate ?? options.learningRate;
   try {
     // Loss before/after on a fixed sample: a forward pass over every trace costs minutes at this scale.
     const sampleRandom = seededRandomFrom(seed, "sft-loss-sample");
@@ -162,6 +176,8 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
     let trainedTokens = 0;
     const trainStart = Date.now();
     for (let step = 1; step <= options.steps; step++) {
+      const progress = options.steps === 1 ? 1 : (step - 1) / (options.steps - 1);
+      policy.optimizer.learningRate = options.learningRate + (finalLearningRate - options.learningRate) * progress;
       const rows = Array.from({ length: Math.min(options.batchSize, sequences.length) }, () =>
         Math.floor(random() * sequences.length),
       );
@@ -193,7 +209,8 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
       step: 0,
       parent: null,
       metrics,
-      tokenizerJson: codec.tokenizer.toText(),
+      // Byte for byte the tokenizer continued from, or the one trained here.
+      tokenizerJson: start?.tokenizerJson ?? codec.tokenizer.toText(),
     });
     await options.store.put(
       `sft/v${version}.json`,
@@ -206,6 +223,7 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
           steps: options.steps,
           batchSize: options.batchSize,
           learningRate: options.learningRate,
+          finalLearningRate,
           model,
           losses,
           metrics,
