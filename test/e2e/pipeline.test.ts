@@ -1,6 +1,5 @@
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { runPipeline } from "../../cli/launch/pipeline.ts";
@@ -15,6 +14,7 @@ import { readLedger } from "../../trainer-image/trainer/ledger.ts";
 import { waitFor } from "../env/helpers.ts";
 import { agentrl } from "../support/cli.ts";
 import { type MotoServer, startMoto } from "../support/moto.ts";
+import { tempDir } from "../support/tmp.ts";
 
 /** A model small enough that the test is about the pipeline, not about arithmetic speed. */
 const TINY_MODEL = { vocabSize: 400, dModel: 32, layers: 1, heads: 2, kvHeads: 1, ffnHidden: 64, contextLength: 2048 };
@@ -38,7 +38,7 @@ function tinyConfig(experimentId: string, transport: Record<string, unknown> = {
 
 /** Runs one experiment end to end and checks what issue 6 asks of it. */
 async function runAndCheck(config: ExperimentConfig, base: string, faults = false): Promise<void> {
-  const runDir = mkdtempSync(join(tmpdir(), `agentrl-e2e-${config.experimentId}-`));
+  const runDir = tempDir(`agentrl-e2e-${config.experimentId}-`);
   const injected = faults ? injectFaults(runDir) : undefined;
   const result = await runPipeline({ config, runDir, baseCheckpoint: base, evalInstances: 1 });
   const faulted = await injected;
@@ -184,7 +184,7 @@ describe("the whole pipeline, end to end on tiny settings", () => {
   let moto: MotoServer | undefined;
 
   beforeAll(async () => {
-    base = mkdtempSync(join(tmpdir(), "agentrl-e2e-base-"));
+    base = tempDir("agentrl-e2e-base-");
     const sets = Object.entries(TINY_MODEL).flatMap(([k, v]) => ["--set", `policy.model.${k}=${v}`]);
     const sft = await agentrl(
       ["sft", "--out", base, "--tasks", "db", "kg", "--episodes", "3", "--steps", "2", ...sets],

@@ -6,6 +6,7 @@ import { CONTAINER_COMMAND } from "../../infra/constructs/roleService.ts";
 import { CONTAINER_ROLES } from "../../shared/config/containerEnv.ts";
 import { type CliResult, runProcess } from "../support/cli.ts";
 import { freePort } from "../support/moto.ts";
+import { tempDir } from "../support/tmp.ts";
 import { REPOSITORY_ROOT } from "./synth.ts";
 
 /** The CMD (exec form) and the roles label of a Dockerfile's final stage. */
@@ -49,12 +50,15 @@ afterAll(async () => {
   );
 });
 
+/** The containers' temp dir (each writes its resolved config there), removed after this file. */
+const containerTmp = tempDir("agentrl-images-");
+
 /** Runs an image's CMD here under plain node and resolves with the first stdout line matching `ready`. */
 function startCmd(cmd: string[], env: Record<string, string>, extraArgs: string[], ready: RegExp): Promise<string> {
   const [command, ...args] = cmd;
   const child = spawn(command === "node" ? process.execPath : (command as string), [...args, ...extraArgs], {
     cwd: REPOSITORY_ROOT,
-    env: { ...process.env, ...env },
+    env: { ...process.env, ...env, TMPDIR: containerTmp },
     stdio: ["ignore", "pipe", "pipe"],
   });
   children.push(child);
@@ -78,7 +82,7 @@ function runCmd(cmd: string[], env: Record<string, string>, extraArgs: string[])
   const [command, ...args] = cmd;
   return runProcess(command === "node" ? process.execPath : (command as string), [...args, ...extraArgs], {
     cwd: REPOSITORY_ROOT,
-    env,
+    env: { ...env, TMPDIR: containerTmp },
   });
 }
 

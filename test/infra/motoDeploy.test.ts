@@ -1,5 +1,4 @@
-import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import {
   CloudFormationClient,
@@ -28,6 +27,7 @@ import { parseConfig } from "../../shared/config/index.ts";
 import { parseJsonOrThrow } from "../../shared/errors.ts";
 import { RolloutRequest } from "../../shared/protocol/messages.ts";
 import { type MotoServer, startMoto } from "../support/moto.ts";
+import { tempDir } from "../support/tmp.ts";
 import { testApp } from "./synth.ts";
 
 /**
@@ -142,7 +142,7 @@ describe("stores + messaging stacks deployed into moto CloudFormation", () => {
     const spec = parseSweepSpec({ name: "up", grid: { "trainer.maxSteps": [2] } });
     const [point] = expandGrid(spec);
     if (!point) throw new Error("no grid point");
-    const dir = mkdtempSync(join(tmpdir(), "agentrl-upload-"));
+    const dir = tempDir("agentrl-upload-");
     mkdirSync(join(dir, "runs"), { recursive: true });
     writeFileSync(join(dir, "config.json"), "{}");
     writeFileSync(join(dir, "runs", "metrics.jsonl"), '{"step":1}\n');

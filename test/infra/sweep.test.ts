@@ -1,11 +1,11 @@
-import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { type ExperimentRunner, runSweep } from "../../functions/sweep/run.ts";
 import { expandGrid, loadSweepSpec, parseSweepSpec, type SweepSpecInput } from "../../functions/sweep/spec.ts";
 import { ValidationError } from "../../shared/errors.ts";
 import { agentrl } from "../support/cli.ts";
+import { tempDir } from "../support/tmp.ts";
 import { REPOSITORY_ROOT } from "./synth.ts";
 
 const spec: SweepSpecInput = {
@@ -69,7 +69,7 @@ describe("expandGrid", () => {
 
 describe("runSweep", () => {
   it("runs each point with the injected runner, one after another, writing each point's config", async () => {
-    const workDir = mkdtempSync(join(tmpdir(), "agentrl-sweep-"));
+    const workDir = tempDir("agentrl-sweep-");
     const seen: string[] = [];
     let running = 0;
     const runner: ExperimentRunner = async (point, configFile) => {
@@ -106,7 +106,7 @@ describe("agentrl sweep", () => {
     agentrl(["sweep", ...args], { cwd: REPOSITORY_ROOT, env, timeoutMs: 60_000 });
 
   it("--dry-run prints the grid and runs nothing; a bad grid exits 2 naming the field", async () => {
-    const dir = mkdtempSync(join(tmpdir(), "agentrl-sweep-cli-"));
+    const dir = tempDir("agentrl-sweep-cli-");
     const file = join(dir, "sweep.yaml");
     writeFileSync(
       file,

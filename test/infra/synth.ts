@@ -1,5 +1,4 @@
-import { mkdtempSync, readFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { App, Aspects } from "aws-cdk-lib";
@@ -8,6 +7,7 @@ import { AwsSolutionsChecks, type INagLogger } from "cdk-nag";
 import type { SweepSpec } from "../../functions/sweep/spec.ts";
 import { type AgentRlStacks, buildAgentRlApp } from "../../infra/agentRlApp.ts";
 import { parseConfig } from "../../shared/config/index.ts";
+import { tempDir } from "../support/tmp.ts";
 
 export const REPOSITORY_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 
@@ -22,7 +22,8 @@ export function cdkJsonContext(): Record<string, unknown> {
 /** A fresh App with cdk.json's flags, writing into a temp dir; asset staging skipped (fingerprints only). */
 export function testApp(): App {
   return new App({
-    outdir: mkdtempSync(join(tmpdir(), "agentrl-cdk-")),
+    // Removed after the test file: each synth writes megabytes.
+    outdir: tempDir("agentrl-cdk-"),
     context: { ...cdkJsonContext(), "aws:cdk:disable-asset-staging": true },
   });
 }

@@ -1,11 +1,11 @@
-import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { applyOverride, envOverrides, loadConfig, parseConfig } from "../../shared/config/index.ts";
 import { configFields, configReferenceMarkdown } from "../../shared/config/reference.ts";
 import { ValidationError } from "../../shared/errors.ts";
 import { agentrl } from "../support/cli.ts";
+import { tempDir } from "../support/tmp.ts";
 
 function issuesOf(fn: () => unknown): Array<{ path: string; message: string }> {
   try {
@@ -61,7 +61,7 @@ describe("experiment config", () => {
   });
 
   it("applies environment overrides, then --set overrides, as YAML scalars", async () => {
-    const dir = mkdtempSync(join(tmpdir(), "agentrl-config-"));
+    const dir = tempDir("agentrl-config-");
     const file = join(dir, "exp.yaml");
     writeFileSync(file, "experimentId: sweep-1\ntrainer:\n  maxSteps: 3\n");
     const config = await loadConfig(file, {
@@ -86,7 +86,7 @@ describe("experiment config", () => {
 
   it("reports unreadable and malformed files", async () => {
     await expect(loadConfig("/nonexistent/exp.yaml")).rejects.toThrow(/cannot read/);
-    const dir = mkdtempSync(join(tmpdir(), "agentrl-config-"));
+    const dir = tempDir("agentrl-config-");
     writeFileSync(join(dir, "list.yaml"), "- 1\n- 2\n");
     await expect(loadConfig(join(dir, "list.yaml"))).rejects.toThrow(/must hold a mapping/);
   });
@@ -94,7 +94,7 @@ describe("experiment config", () => {
 
 describe("agentrl config validate", () => {
   it("exits 2 with one line naming the field on a bad config", async () => {
-    const dir = mkdtempSync(join(tmpdir(), "agentrl-cli-"));
+    const dir = tempDir("agentrl-cli-");
     const file = join(dir, "bad.yaml");
     writeFileSync(file, "trainer:\n  estimator: ppo\n");
     const result = await agentrl(["config", "validate", file]);
@@ -105,7 +105,7 @@ describe("agentrl config validate", () => {
   });
 
   it("accepts a good config and prints the resolved one", async () => {
-    const dir = mkdtempSync(join(tmpdir(), "agentrl-cli-"));
+    const dir = tempDir("agentrl-cli-");
     const file = join(dir, "ok.json");
     writeFileSync(file, JSON.stringify({ trainer: { maxSteps: 2 } }));
     const result = await agentrl(["config", "validate", file, "--print", "--set", "seed=7"]);

@@ -1,9 +1,9 @@
-import { mkdtempSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { evalTableMarkdown, readMetrics, renderReport, stalenessHistogram, tasksIn } from "../../cli/report/report.ts";
 import type { EvalReport, StepMetrics } from "../../shared/protocol/metrics.ts";
+import { tempDir } from "../support/tmp.ts";
 
 const record = (step: number, metrics: Record<string, number>): StepMetrics => ({
   schemaVersion: 1,
@@ -72,7 +72,7 @@ describe("run report", () => {
   });
 
   it("reports a malformed metrics line with its number", async () => {
-    const dir = mkdtempSync(join(tmpdir(), "agentrl-report-"));
+    const dir = tempDir("agentrl-report-");
     const file = join(dir, "metrics.jsonl");
     writeFileSync(file, `${JSON.stringify(records[0])}\n{"step": "x"}\n`);
     await expect(readMetrics(file)).rejects.toThrow(/line 2/);

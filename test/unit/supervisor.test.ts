@@ -1,12 +1,12 @@
-import { mkdtempSync, readFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { Supervisor } from "../../cli/launch/supervisor.ts";
+import { tempDir } from "../support/tmp.ts";
 
 describe("Supervisor", () => {
   it("learns a server role's URL, reports a crash of another role, and stops the rest", async () => {
-    const runDir = mkdtempSync(join(tmpdir(), "agentrl-supervisor-"));
+    const runDir = tempDir("agentrl-supervisor-");
     const supervisor = new Supervisor(runDir);
     supervisor.start({ name: "controller", args: ["controller", "--port", "0"] });
     const url = await supervisor.urlOf("controller");
