@@ -142,7 +142,10 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
       maxTokens: Math.max(0, ...lengths),
     };
   });
-  log.info({ traces: traceStats, vocabulary: codec.tokenizer.size }, start ? "traces encoded with the earlier tokenizer" : "tokenizer trained on the traces");
+  log.info(
+    { traces: traceStats, vocabulary: codec.tokenizer.size },
+    start ? "traces encoded with the earlier tokenizer" : "tokenizer trained on the traces",
+  );
   if (fitting.length === 0) {
     start?.policy.dispose();
     throw new SftError(
