@@ -19,6 +19,7 @@ interface EvalOptions {
   controller?: string;
   out?: string;
   concurrency: number;
+  temperature: number;
   config?: string;
   set?: string[];
 }
@@ -39,6 +40,12 @@ export function register(program: Command): void {
       .option("--split <split>", "train or test", splitOption, "test")
       .option("--n <n>", "instances per task (from the start of the split)", intOption("--n", 1), 50)
       .option("--concurrency <n>", "episodes in flight", intOption("--concurrency", 1), 8)
+      .option(
+        "--temperature <t>",
+        "sampling temperature, 0 to 2 (default 0: greedy); sampled episodes are seeded by instance",
+        temperatureOption,
+        0,
+      )
       .option("--controller <url>", "use a running controller instead of starting one with the tasks' workers")
       .option("--out <dir>", "folder for eval-<policy>.json/.md (default: <runDir>/eval-<time>)"),
   ).action(async (options: EvalOptions) => {
@@ -74,7 +81,8 @@ export function register(program: Command): void {
           controllerUrl,
           policyUrl,
           ...(options.model ? { model: options.model } : {}),
-          label: isUrl ? (options.model ?? options.policy) : `v${options.policy}`,
+          label: `${isUrl ? (options.model ?? options.policy) : `v${options.policy}`}${options.temperature > 0 ? ` T=${options.temperature}` : ""}`,
+          temperature: options.temperature,
           tasks,
           split: options.split,
           maxTokensPerTurn: config.rollout.maxTokensPerTurn,
@@ -93,6 +101,12 @@ export function register(program: Command): void {
 function policyOption(value: string): string {
   if (/^(newest|\d+)$/.test(value) || /^https?:\/\/\S+$/.test(value)) return value;
   throw new InvalidArgumentError(`--policy must be a version number, "newest" or an http(s) URL, got "${value}"`);
+}
+
+function temperatureOption(value: string): number {
+  const t = Number(value);
+  if (value.trim() !== "" && Number.isFinite(t) && t >= 0 && t <= 2) return t;
+  throw new InvalidArgumentError(`--temperature must be a number from 0 to 2, got "${value}"`);
 }
 
 function splitOption(value: string): "train" | "test" {

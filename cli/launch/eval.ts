@@ -26,6 +26,8 @@ export interface EvalRunOptions {
   readonly split: "train" | "test";
   readonly maxTokensPerTurn: number;
   readonly concurrency: number;
+  /** Sampling temperature of the policy. @default 0 (greedy) */
+  readonly temperature?: number;
   /** Writes `<outDir>/eval-<slug>.json` and `.md`. */
   readonly outDir: string;
   readonly log?: Logger;
@@ -42,6 +44,7 @@ export async function runEval(options: EvalRunOptions): Promise<EvalReport> {
     split: options.split,
     concurrency: options.concurrency,
     maxTokensPerTurn: options.maxTokensPerTurn,
+    ...(options.temperature !== undefined ? { temperature: options.temperature } : {}),
     ...(options.log ? { log: options.log } : {}),
     ...(options.signal ? { signal: options.signal } : {}),
   });

@@ -11,12 +11,13 @@ import { ChatCompletionRequest, type ChatCompletionResponse } from "../../shared
 /** An OpenAI-compatible endpoint whose "model" is a scripted agent: no TF.js needed to test evaluation. */
 async function scriptedPolicyServer(
   agent: ScriptedAgent,
-): Promise<{ server: RunningServer; state: { requests: number } }> {
+): Promise<{ server: RunningServer; state: { requests: number; temperatures: Set<number | undefined> } }> {
   const app = createApp(createLogger({ role: "fake-policy" }));
-  const state = { requests: 0 };
+  const state = { requests: 0, temperatures: new Set<number | undefined>() };
   app.post("/v1/chat/completions", async (c) => {
     const request = await readJson(c, ChatCompletionRequest, "chat completion request");
     state.requests += 1;
+    state.temperatures.add(request.temperature);
     const message = await agent.act(request.messages, request.seed ?? 0);
     const response: ChatCompletionResponse = {
       id: `cmpl-${state.requests}`,
@@ -67,10 +68,29 @@ describe("evaluate", () => {
       expect(random.tasks[0]?.episodes).toBe(12);
       expect(random.averageSuccess).toBeLessThan(1);
       expect(expertPolicy.state.requests).toBeGreaterThanOrEqual(12);
+      // Greedy unless told otherwise.
+      expect([...expertPolicy.state.temperatures]).toEqual([0]);
       expect(worker.sessionCount).toBe(0);
     } finally {
       await expertPolicy.server.close();
       await randomPolicy.server.close();
+    }
+  });
+
+  it("samples at the temperature it is given", async () => {
+    const policy = await scriptedPolicyServer(exampleExpert);
+    try {
+      await evaluate({
+        controllerUrl: controller.url,
+        split: "test",
+        tasks: [{ name: "example", indices: indices.slice(0, 3) }],
+        policy: { url: `${policy.server.url}/v1` },
+        policyLabel: "expert T=0.7",
+        temperature: 0.7,
+      });
+      expect([...policy.state.temperatures]).toEqual([0.7]);
+    } finally {
+      await policy.server.close();
     }
   });
 

@@ -8,6 +8,7 @@ describe("agentrl run commands reject bad input with one line", () => {
     [["train", "--eval-n", "-3"], /--eval-n must be an integer >= 0/],
     [["eval", "--policy", "latest"], /--policy must be a version number, "newest" or an http\(s\) URL/],
     [["eval", "--policy", "3", "--split", "dev"], /--split must be "train" or "test"/],
+    [["eval", "--policy", "3", "--temperature", "hot"], /--temperature must be a number from 0 to 2, got "hot"/],
     [["report", "/nonexistent-run"], /is not a run folder/],
   ])("agentrl %j", async (args, message) => {
     const result = await agentrl(args);
