@@ -184,7 +184,8 @@ describe("the whole pipeline, end to end on tiny settings", () => {
   let moto: MotoServer | undefined;
 
   beforeAll(async () => {
-    base = tempDir("agentrl-e2e-base-");
+    // A folder inside the temp dir: the store stages writes in a sibling `<folder>.tmp`.
+    base = join(tempDir("agentrl-e2e-base-"), "base");
     const sets = Object.entries(TINY_MODEL).flatMap(([k, v]) => ["--set", `policy.model.${k}=${v}`]);
     const sft = await agentrl(
       ["sft", "--out", base, "--tasks", "db", "kg", "--episodes", "3", "--steps", "2", ...sets],
