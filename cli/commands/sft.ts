@@ -58,9 +58,9 @@ export function register(program: Command): void {
         },
       ]);
     const tasks = await Promise.all(names.map((n) => loadTaskModule(n)));
+    const { LocalObjectStore } = await import("../../shared/transport/local.ts");
     let init: ObjectStore | undefined;
     if (options.init) {
-      const { LocalObjectStore } = await import("../../shared/transport/local.ts");
       const { newestVersion } = await import("../../shared/model/checkpoint.ts");
       init = new LocalObjectStore(options.init);
       if ((await newestVersion(init)) === undefined)
@@ -72,7 +72,6 @@ export function register(program: Command): void {
     let close = async () => {};
     let store: ObjectStore;
     if (options.out) {
-      const { LocalObjectStore } = await import("../../shared/transport/local.ts");
       store = new LocalObjectStore(options.out);
     } else {
       const { createTransport } = await import("../../shared/transport/index.ts");

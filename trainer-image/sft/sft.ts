@@ -6,8 +6,14 @@ import { runScripted, toolSpecs } from "../../shared/env/session.ts";
 import type { TaskModule } from "../../shared/env/task.ts";
 import { AgentRlError } from "../../shared/errors.ts";
 import type { Logger } from "../../shared/log.ts";
-import { type CheckpointManifest, loadCheckpoint, saveCheckpoint } from "../../shared/model/checkpoint.ts";
-import { createPolicy, initBackend, type TransformerPolicy } from "../../shared/model/index.ts";
+import {
+  type CheckpointManifest,
+  createPolicy,
+  initBackend,
+  loadCheckpoint,
+  saveCheckpoint,
+  type TransformerPolicy,
+} from "../../shared/model/index.ts";
 import type { ChatMessage, ToolSpec } from "../../shared/protocol/openai.ts";
 import { seededRandomFrom } from "../../shared/rl/random.ts";
 import type { ObjectStore } from "../../shared/transport/types.ts";
@@ -122,7 +128,14 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
   log.info({ traces: traces.length, seconds: (Date.now() - started) / 1000 }, "expert traces collected");
   if (traces.length === 0) throw new SftError("the experts produced no successful episode");
 
-  const start = options.init ? await loadCheckpoint(options.init, "newest", { trainable: true }) : undefined;
+  const optimizer = {
+    learningRate: options.learningRate,
+    gradClip: config.trainer.gradClip,
+    adamBeta1: config.trainer.adamBeta1,
+    adamBeta2: config.trainer.adamBeta2,
+    microBatchTokens: config.trainer.microBatchTokens,
+  };
+  const start = options.init ? await loadCheckpoint(options.init, "newest", { trainable: true, optimizer }) : undefined;
   const model: ModelConfig = start?.config ?? config.policy.model;
   const codec = start
     ? ChatCodec.fromTokenizerJson(JSON.parse(start.tokenizerJson))
@@ -155,15 +168,7 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
 
   const sequences = fitting.map((e) => Int32Array.from(e.tokens));
   const masks = fitting.map((e) => Float32Array.from(e.lossMask));
-  const optimizer = {
-    learningRate: options.learningRate,
-    gradClip: config.trainer.gradClip,
-    adamBeta1: config.trainer.adamBeta1,
-    adamBeta2: config.trainer.adamBeta2,
-    microBatchTokens: config.trainer.microBatchTokens,
-  };
   const policy: TransformerPolicy = start?.policy ?? createPolicy(model, seed, { optimizer });
-  policy.optimizer = { ...policy.optimizer, ...optimizer };
   const finalLearningRate = options.finalLearningRate ?? options.learningRate;
   try {
     // Loss before/after on a fixed sample: a forward pass over every trace costs minutes at this scale.
