@@ -1,5 +1,3 @@
-import { mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import OpenAI from "openai";
 import type { ChatCompletion } from "openai/resources/chat/completions";
@@ -12,6 +10,7 @@ import { createPolicy, initBackend, type TransformerPolicy } from "../../shared/
 import type { ChatMessage, GenerationTrace, ToolSpec } from "../../shared/protocol/openai.ts";
 import { LocalObjectStore } from "../../shared/transport/local.ts";
 import { type RunningPolicyServer, servePolicy } from "../../trainer-image/policy-server/serve.ts";
+import { tempDir } from "../support/tmp.ts";
 
 /**
  * The server over the real TF.js transformer (wasm) and a real checkpoint store: what it reports
@@ -36,7 +35,7 @@ describe("policy server on the TF.js model", () => {
 
   beforeAll(async () => {
     await initBackend("wasm");
-    dir = await mkdtemp(join(tmpdir(), "policy-server-"));
+    dir = tempDir("policy-server-");
     store = new LocalObjectStore(join(dir, "checkpoints"));
     codec = ChatCodec.train([{ messages, tools }], model.vocabSize);
     v0 = createPolicy(model, 1);
@@ -52,7 +51,6 @@ describe("policy server on the TF.js model", () => {
   afterAll(async () => {
     await server?.close();
     v0?.dispose();
-    await rm(dir, { recursive: true, force: true });
   });
 
   it("reports per-token log-probs that the training path reproduces (within 1e-4)", async () => {

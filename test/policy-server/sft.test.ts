@@ -1,7 +1,5 @@
-import { mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import { taskModule as example } from "../../env-images/example/index.ts";
 import { ChatCodec } from "../../shared/chat/index.ts";
 import { parseConfig } from "../../shared/config/index.ts";
@@ -10,6 +8,7 @@ import { loadCheckpoint } from "../../shared/model/checkpoint.ts";
 import { initBackend } from "../../shared/model/index.ts";
 import { LocalObjectStore } from "../../shared/transport/local.ts";
 import { collectExpertTraces, runSft, type SftOptions, type SftResult } from "../../trainer-image/sft/sft.ts";
+import { tempDir } from "../support/tmp.ts";
 
 const config = parseConfig({
   policy: {
@@ -39,10 +38,7 @@ describe("sft warm-up", () => {
 
   beforeAll(async () => {
     await initBackend("wasm");
-    dir = await mkdtemp(join(tmpdir(), "sft-"));
-  });
-  afterAll(async () => {
-    await rm(dir, { recursive: true, force: true });
+    dir = tempDir("sft-");
   });
 
   it("collects the same expert episodes for the same seed, and only successful ones", async () => {

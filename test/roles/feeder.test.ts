@@ -1,6 +1,3 @@
-import { mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { feederCursorKey, inFlightGroupCap, plannedTasks, runFeeder } from "../../functions/feeder/feeder.ts";
 import { groupIdOf, requestsOf, TaskMixPlan } from "../../functions/feeder/plan.ts";
@@ -9,6 +6,7 @@ import { RolloutRequest } from "../../shared/protocol/messages.ts";
 import { createTransport } from "../../shared/transport/index.ts";
 import type { Transport } from "../../shared/transport/types.ts";
 import { waitFor } from "../env/helpers.ts";
+import { tempDir } from "../support/tmp.ts";
 
 const tasks = [
   { name: "db", weight: 1, start: 0, count: 50 },
@@ -112,12 +110,11 @@ describe("runFeeder on the local transport", () => {
     });
 
   beforeEach(async () => {
-    dir = await mkdtemp(join(tmpdir(), "feeder-"));
+    dir = tempDir("feeder-");
     transport = await createTransport(parseConfig({ transport: { localDir: dir } }).transport);
   });
   afterEach(async () => {
     await transport.close();
-    await rm(dir, { recursive: true, force: true });
   });
 
   async function drain(max: number): Promise<RolloutRequest[]> {

@@ -1,6 +1,3 @@
-import { mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { requestsOf, TaskMixPlan } from "../../functions/feeder/plan.ts";
 import { type EnvApi, runEpisode, trajectoryIdOf, trajectoryKey } from "../../functions/rollout/episode.ts";
@@ -14,6 +11,7 @@ import { seededRandom } from "../../shared/rl/random.ts";
 import { createTransport } from "../../shared/transport/index.ts";
 import type { Transport } from "../../shared/transport/types.ts";
 import { type Stack, startStack, waitFor } from "../env/helpers.ts";
+import { tempDir } from "../support/tmp.ts";
 import { exampleCodec, type FakePolicy, startFakePolicy } from "./rolloutHelpers.ts";
 
 let codec: ChatCodec;
@@ -51,14 +49,13 @@ describe("rollout worker with the example task, a real controller and a fake pol
   let policy: FakePolicy;
 
   beforeEach(async () => {
-    dir = await mkdtemp(join(tmpdir(), "rollout-"));
+    dir = tempDir("rollout-");
     transport = await createTransport(parseConfig({ transport: { localDir: dir, maxReceiveCount: 2 } }).transport);
     policy = await startFakePolicy(codec);
   });
   afterEach(async () => {
     await policy.close();
     await transport.close();
-    await rm(dir, { recursive: true, force: true });
   });
 
   /** Runs a worker until `count` trajectories are announced (or `until` holds), then stops it. */

@@ -1,6 +1,3 @@
-import { mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import * as tf from "@tensorflow/tfjs";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { type ExperimentConfigInput, parseConfig } from "../../shared/config/index.ts";
@@ -15,6 +12,7 @@ import { importanceWeights, prepareBatch } from "../../trainer-image/trainer/bat
 import { GroupBuffer, groupsNeeded } from "../../trainer-image/trainer/buffer.ts";
 import { readLedger } from "../../trainer-image/trainer/ledger.ts";
 import { runTrainer, type StepInfo } from "../../trainer-image/trainer/trainer.ts";
+import { tempDir } from "../support/tmp.ts";
 import { deliver, fakeTrajectory, publishBase, TINY_MODEL } from "./trainerHelpers.ts";
 
 const trainerConfig = parseConfig({}).trainer;
@@ -182,13 +180,12 @@ describe("runTrainer on the local transport with a tiny model", () => {
     });
 
   beforeEach(async () => {
-    dir = await mkdtemp(join(tmpdir(), "trainer-"));
+    dir = tempDir("trainer-");
     transport = await createTransport(config().transport);
     await publishBase(transport);
   });
   afterEach(async () => {
     await transport.close();
-    await rm(dir, { recursive: true, force: true });
   });
 
   const batchOf = (step: number) =>
