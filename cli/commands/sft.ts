@@ -15,6 +15,7 @@ interface SftCliOptions {
   batch: number;
   lr: number;
   lrFinal?: number;
+  finalTurnWeight: number;
   init?: string;
   out?: string;
   store?: boolean;
@@ -36,6 +37,12 @@ export function register(program: Command): void {
         "--lr-final <x>",
         "learning rate at the last step, reached linearly (default: --lr, constant)",
         floatOption("--lr-final"),
+      )
+      .option(
+        "--final-turn-weight <x>",
+        "loss weight of each trace's last assistant turn (the committed answer) against the other assistant tokens",
+        floatOption("--final-turn-weight"),
+        1,
       )
       .option("--init <dir>", "continue from the warm-up in this folder (its newest version, weights and tokenizer)")
       .option("--out <dir>", "write policies/v0/ under this folder")
@@ -91,6 +98,7 @@ export function register(program: Command): void {
         batchSize: options.batch,
         learningRate: options.lr,
         finalLearningRate: options.lrFinal,
+        finalTurnWeight: options.finalTurnWeight,
         init,
         store,
         log,

@@ -3,12 +3,13 @@ import { agentrl } from "../support/cli.ts";
 
 describe("agentrl sft / policy serve: bad input is one clear line, never a stack trace", () => {
   it("explains what is wrong and what is allowed", async () => {
-    const [noOut, badTask, badPool, badLr, badInit] = await Promise.all([
+    const [noOut, badTask, badPool, badLr, badInit, badWeight] = await Promise.all([
       agentrl(["sft", "--steps", "1"]),
       agentrl(["sft", "--tasks", "chess", "--out", "/nonexistent-never-written"]),
       agentrl(["policy", "serve", "--pool", "newest"]),
       agentrl(["sft", "--lr", "-1", "--store"]),
       agentrl(["sft", "--init", "/nonexistent-never-written", "--out", "/nonexistent-never-written-either"]),
+      agentrl(["sft", "--final-turn-weight", "heavy", "--store"]),
     ]);
     expect(noOut.status).toBe(2);
     expect(noOut.stderr).toMatch(/--out\/--store: give exactly one: --out DIR or --store/);
@@ -19,6 +20,8 @@ describe("agentrl sft / policy serve: bad input is one clear line, never a stack
     expect(badLr.stderr).toMatch(/--lr must be a number > 0, got "-1"/);
     expect(badInit.status).toBe(2);
     expect(badInit.stderr).toMatch(/--init: \/nonexistent-never-written holds no checkpoint/);
-    for (const run of [noOut, badTask, badPool, badLr, badInit]) expect(run.stderr).not.toMatch(/\n\s+at /);
+    expect(badWeight.status).not.toBe(0);
+    expect(badWeight.stderr).toMatch(/--final-turn-weight must be a number > 0, got "heavy"/);
+    for (const run of [noOut, badTask, badPool, badLr, badInit, badWeight]) expect(run.stderr).not.toMatch(/\n\s+at /);
   });
 });

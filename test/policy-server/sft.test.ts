@@ -7,7 +7,13 @@ import { createLogger } from "../../shared/log.ts";
 import { loadCheckpoint } from "../../shared/model/checkpoint.ts";
 import { initBackend } from "../../shared/model/index.ts";
 import { LocalObjectStore } from "../../shared/transport/local.ts";
-import { collectExpertTraces, runSft, type SftOptions, type SftResult } from "../../trainer-image/sft/sft.ts";
+import {
+  collectExpertTraces,
+  runSft,
+  type SftOptions,
+  type SftResult,
+  weightFinalTurn,
+} from "../../trainer-image/sft/sft.ts";
 import { tempDir } from "../support/tmp.ts";
 
 const config = parseConfig({
@@ -106,5 +112,23 @@ describe("sft warm-up", () => {
       (await new LocalObjectStore(join(dir, "decayed")).getText("sft/v0.json")) ?? "{}",
     ) as { finalLearningRate: number };
     expect(decayedRecipe.finalLearningRate).toBe(1e-6);
+  });
+
+  it("weights only the last assistant turn when told, and trains on that weighted mean", async () => {
+    const mask = Float32Array.from([0, 1, 1, 0, 0, 1, 0, 1, 1, 1, 0]);
+    expect([...weightFinalTurn(mask, 4)]).toEqual([0, 1, 1, 0, 0, 1, 0, 4, 4, 4, 0]);
+    expect([...weightFinalTurn(mask, 1)]).toEqual([...mask]);
+    expect([...weightFinalTurn(Float32Array.from([0, 0]), 3)]).toEqual([0, 0]);
+
+    const plain = await run("plain", 5, { steps: 2 });
+    const weighted = await run("weighted", 5, { steps: 2, finalTurnWeight: 5 });
+    // Same batch, another weighting: the first step's loss (before any update) differs.
+    expect(weighted.losses[0]).not.toBeCloseTo(plain.losses[0] as number, 4);
+    // The before/after measure stays the unweighted one, so runs compare.
+    expect(weighted.lossBefore).toBeCloseTo(plain.lossBefore, 6);
+    const recipe = JSON.parse((await new LocalObjectStore(join(dir, "weighted")).getText("sft/v0.json")) ?? "{}") as {
+      finalTurnWeight: number;
+    };
+    expect(recipe.finalTurnWeight).toBe(5);
   });
 });

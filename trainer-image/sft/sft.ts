@@ -47,6 +47,13 @@ export interface SftOptions {
   readonly learningRate: number;
   /** Learning rate at the last step, reached linearly from `learningRate`. @default learningRate (constant) */
   readonly finalLearningRate?: number;
+  /**
+   * Loss weight of each trace's last assistant turn (the committed answer) relative to the other
+   * assistant tokens. The answer value is a few tokens copied from an earlier observation; at
+   * weight 1 it is ~2% of the loss and the model learns to guess it rather than copy it.
+   * @default 1
+   */
+  readonly finalTurnWeight?: number;
   /** Store holding the warm-up to continue from (its newest version); its model shape wins over the config's. */
   readonly init?: ObjectStore;
   /** Store the checkpoint goes to (policies/v{version}/). */
@@ -168,6 +175,8 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
 
   const sequences = fitting.map((e) => Int32Array.from(e.tokens));
   const masks = fitting.map((e) => Float32Array.from(e.lossMask));
+  const finalTurnWeight = options.finalTurnWeight ?? 1;
+  const trainWeights = masks.map((m) => weightFinalTurn(m, finalTurnWeight));
   const policy: TransformerPolicy = start?.policy ?? createPolicy(model, seed, { optimizer });
   const finalLearningRate = options.finalLearningRate ?? options.learningRate;
   try {
@@ -190,10 +199,10 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
         Math.floor(random() * sequences.length),
       );
       const batch = rows.map((r) => sequences[r] as Int32Array);
-      const batchMasks = rows.map((r) => masks[r] as Float32Array);
-      const maskedTokens = batchMasks.reduce((sum, m) => sum + m.reduce((a, b) => a + b, 0), 0);
+      const batchWeights = rows.map((r) => trainWeights[r] as Float32Array);
+      const totalWeight = batchWeights.reduce((sum, m) => sum + m.reduce((a, b) => a + b, 0), 0);
       const { loss } = policy.trainStep(batch, 1, (logp, microRows) =>
-        negativeLogLikelihood(logp, microRows, batchMasks, maskedTokens),
+        negativeLogLikelihood(logp, microRows, batchWeights, totalWeight),
       );
       trainedTokens += batch.reduce((sum, s) => sum + s.length, 0);
       losses.push(loss);
@@ -232,6 +241,7 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
           batchSize: options.batchSize,
           learningRate: options.learningRate,
           finalLearningRate,
+          finalTurnWeight,
           model,
           losses,
           metrics,
@@ -255,23 +265,36 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
 }
 
 /**
- * Mean negative log-likelihood of assistant tokens for one micro-batch, divided by the whole
- * batch's assistant-token count so micro-batch gradients add up to the batch mean.
+ * Per-token loss weights: the loss mask (1 on assistant tokens) with its last run of assistant
+ * tokens — the final turn — multiplied by `weight`.
+ */
+export function weightFinalTurn(mask: Float32Array, weight: number): Float32Array {
+  const weights = Float32Array.from(mask);
+  if (weight === 1) return weights;
+  let t = weights.length - 1;
+  while (t >= 0 && weights[t] === 0) t--;
+  for (; t >= 0 && weights[t] !== 0; t--) weights[t] = (weights[t] as number) * weight;
+  return weights;
+}
+
+/**
+ * Weighted mean negative log-likelihood of assistant tokens for one micro-batch, divided by the
+ * whole batch's total weight so micro-batch gradients add up to the batch mean.
  * logp: [b, T] (row b is sequence rows[b], padded with 0).
  */
 function negativeLogLikelihood(
   logp: tf.Tensor2D,
   rows: readonly number[],
-  masks: readonly Float32Array[],
-  maskedTokens: number,
+  weights: readonly Float32Array[],
+  totalWeight: number,
 ): tf.Scalar {
   const [b, width] = logp.shape;
   const mask = new Float32Array(b * width);
   rows.forEach((r, i) => {
-    mask.set(masks[r] as Float32Array, i * width);
+    mask.set(weights[r] as Float32Array, i * width);
   });
   // No tidy here: trainStep's variableGrads owns these intermediates (the backward pass needs them).
-  return tf.div(tf.neg(tf.sum(tf.mul(logp, tf.tensor2d(mask, [b, width])))), maskedTokens);
+  return tf.div(tf.neg(tf.sum(tf.mul(logp, tf.tensor2d(mask, [b, width])))), totalWeight);
 }
 
 /** Mean NLL per assistant token over all sequences (temperature 1). */
