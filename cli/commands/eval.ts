@@ -1,13 +1,14 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { type Command, InvalidArgumentError } from "commander";
+import { ValidationError } from "../../shared/errors.ts";
 import { createLogger } from "../../shared/log.ts";
 import { evalTasks, runEval } from "../launch/eval.ts";
 import { startPolicyServer } from "../launch/policy.ts";
 import { startEnvStack } from "../launch/stack.ts";
 import { Supervisor } from "../launch/supervisor.ts";
 import { configFromOptions, withConfigOptions } from "../options.ts";
-import { evalTableMarkdown } from "../report/report.ts";
+import { evalReportMarkdown } from "../report/report.ts";
 import { intOption } from "./controller.ts";
 
 interface EvalOptions {
@@ -20,6 +21,7 @@ interface EvalOptions {
   out?: string;
   concurrency: number;
   temperature: number;
+  samples: number;
   config?: string;
   set?: string[];
 }
@@ -46,9 +48,22 @@ export function register(program: Command): void {
         temperatureOption,
         0,
       )
+      .option(
+        "--samples <k>",
+        "episodes per instance (needs --temperature > 0); adds pass@k and the share of instances whose samples disagree",
+        intOption("--samples", 1),
+        1,
+      )
       .option("--controller <url>", "use a running controller instead of starting one with the tasks' workers")
       .option("--out <dir>", "folder for eval-<policy>.json/.md (default: <runDir>/eval-<time>)"),
   ).action(async (options: EvalOptions) => {
+    if (options.samples > 1 && options.temperature === 0)
+      throw new ValidationError("eval options", [
+        {
+          path: "--samples",
+          message: "more than one sample per instance needs --temperature > 0 (greedy repeats itself)",
+        },
+      ]);
     const config = await configFromOptions(options);
     const names = options.tasks ?? config.tasks.mix.map((t) => t.name);
     const tasks = await evalTasks(names, options.split, options.n);
@@ -81,8 +96,9 @@ export function register(program: Command): void {
           controllerUrl,
           policyUrl,
           ...(options.model ? { model: options.model } : {}),
-          label: `${isUrl ? (options.model ?? options.policy) : `v${options.policy}`}${options.temperature > 0 ? ` T=${options.temperature}` : ""}`,
+          label: `${isUrl ? (options.model ?? options.policy) : `v${options.policy}`}${options.temperature > 0 ? ` T=${options.temperature}` : ""}${options.samples > 1 ? ` k=${options.samples}` : ""}`,
           temperature: options.temperature,
+          samples: options.samples,
           tasks,
           split: options.split,
           maxTokensPerTurn: config.rollout.maxTokensPerTurn,
@@ -91,7 +107,7 @@ export function register(program: Command): void {
           log,
         }),
       );
-      process.stdout.write(`${evalTableMarkdown([report])}\n\nwritten to ${outDir}\n`);
+      process.stdout.write(`${evalReportMarkdown(report)}\n\nwritten to ${outDir}\n`);
     } finally {
       await supervisor.stopAll();
     }

@@ -4,7 +4,7 @@ import { loadTaskModule } from "../../env-images/registry.ts";
 import { type EvalTask, evaluate } from "../../functions/evaluator/evaluate.ts";
 import type { Logger } from "../../shared/log.ts";
 import type { EvalReport } from "../../shared/protocol/metrics.ts";
-import { evalTableMarkdown } from "../report/report.ts";
+import { evalReportMarkdown } from "../report/report.ts";
 
 /** The first `n` instances of each task's split, read from the task modules themselves. */
 export async function evalTasks(names: readonly string[], split: "train" | "test", n: number): Promise<EvalTask[]> {
@@ -28,6 +28,8 @@ export interface EvalRunOptions {
   readonly concurrency: number;
   /** Sampling temperature of the policy. @default 0 (greedy) */
   readonly temperature?: number;
+  /** Episodes per instance (pass@k). @default 1 */
+  readonly samples?: number;
   /** Writes `<outDir>/eval-<slug>.json` and `.md`. */
   readonly outDir: string;
   readonly log?: Logger;
@@ -45,11 +47,12 @@ export async function runEval(options: EvalRunOptions): Promise<EvalReport> {
     concurrency: options.concurrency,
     maxTokensPerTurn: options.maxTokensPerTurn,
     ...(options.temperature !== undefined ? { temperature: options.temperature } : {}),
+    ...(options.samples !== undefined ? { samples: options.samples } : {}),
     ...(options.log ? { log: options.log } : {}),
     ...(options.signal ? { signal: options.signal } : {}),
   });
   const slug = options.label.replace(/[^A-Za-z0-9._-]+/g, "_").slice(0, 60);
   await writeFile(join(options.outDir, `eval-${slug}.json`), `${JSON.stringify(report, null, 2)}\n`);
-  await writeFile(join(options.outDir, `eval-${slug}.md`), `${evalTableMarkdown([report])}\n`);
+  await writeFile(join(options.outDir, `eval-${slug}.md`), `${evalReportMarkdown(report)}\n`);
   return report;
 }

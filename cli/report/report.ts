@@ -53,6 +53,30 @@ export function evalTableMarkdown(reports: readonly EvalReport[]): string {
   return [header, rule, ...rows].join("\n");
 }
 
+/**
+ * For a report sampled several times per instance: per task, the mean success (pass@1), pass@k
+ * and the share of instances whose samples disagree. Empty when the report has one sample each.
+ */
+export function samplingTableMarkdown(report: EvalReport): string {
+  const sampled = report.tasks.filter((t) => t.samples !== undefined);
+  if (sampled.length === 0) return "";
+  const pct = (x: number | undefined) => (100 * (x ?? 0)).toFixed(1);
+  return [
+    `| ${report.policy} | instances | samples | pass@1 | pass@k | mixed groups |`,
+    "|---|---|---|---|---|---|",
+    ...sampled.map(
+      (t) =>
+        `| ${t.task} | ${t.episodes / (t.samples ?? 1)} | ${t.samples} | ${pct(t.success)} | ${pct(t.passAtK)} | ${pct(t.mixedShare)} |`,
+    ),
+  ].join("\n");
+}
+
+/** The success table, followed by the sampling table when the report has one. */
+export function evalReportMarkdown(report: EvalReport): string {
+  const sampling = samplingTableMarkdown(report);
+  return sampling ? `${evalTableMarkdown([report])}\n\n${sampling}` : evalTableMarkdown([report]);
+}
+
 function evalTableHtml(reports: readonly EvalReport[]): string {
   const tasks = [...new Set(reports.flatMap((r) => r.tasks.map((t) => t.task)))].sort();
   const head = `<tr><th>policy</th>${tasks.map((t) => `<th>${escapeXml(t)}</th>`).join("")}<th>avg</th></tr>`;

@@ -23,6 +23,11 @@ export interface EvalOptions {
   readonly concurrency?: number;
   /** @default 0 (greedy) */
   readonly temperature?: number;
+  /**
+   * Episodes per instance (each with its own seed); above 1 the report adds pass@k and the share
+   * of instances whose samples disagree — the groups GRPO can learn from. @default 1
+   */
+  readonly samples?: number;
   readonly maxTokensPerTurn?: number;
   /** Turn cap on our side, on top of the environment's own. @default 30 */
   readonly maxTurns?: number;
@@ -33,6 +38,8 @@ export interface EvalOptions {
 export interface EpisodeOutcome {
   readonly task: string;
   readonly index: number;
+  /** Which of the instance's samples (0 when one per instance). */
+  readonly sample: number;
   readonly status: SampleStatus;
   /** The environment's reward (no incomplete-episode punishment: evaluation reports task success). */
   readonly reward: number;
@@ -50,8 +57,11 @@ export async function playEpisode(
   endpoint: PolicyEndpoint,
   task: string,
   index: number,
-  options: Pick<EvalOptions, "temperature" | "maxTokensPerTurn" | "maxTurns" | "signal">,
-): Promise<EpisodeOutcome> {
+  options: Pick<EvalOptions, "temperature" | "maxTokensPerTurn" | "maxTurns" | "signal"> & {
+    /** Sampling seed. @default index */
+    seed?: number;
+  },
+): Promise<Omit<EpisodeOutcome, "sample">> {
   const sample = await env.startSample(task, index, { signal: options.signal });
   const messages: ChatMessage[] = [...sample.messages];
   let status = sample.status;
@@ -70,7 +80,7 @@ export async function playEpisode(
             temperature: options.temperature ?? 0,
             topP: 1,
             maxTokens: options.maxTokensPerTurn ?? 256,
-            seed: index,
+            seed: options.seed ?? index,
           },
           options.signal,
         );
@@ -112,15 +122,21 @@ export async function evaluate(options: EvalOptions): Promise<EvalReport> {
     model: options.policy.model ?? "agentrl",
     requiresTrace: false,
   };
-  const jobs = options.tasks.flatMap((t) => t.indices.map((index) => ({ task: t.name, index })));
+  const samples = options.samples ?? 1;
+  const jobs = options.tasks.flatMap((t) =>
+    t.indices.flatMap((index) => Array.from({ length: samples }, (_, sample) => ({ task: t.name, index, sample }))),
+  );
   const outcomes: EpisodeOutcome[] = [];
   let next = 0;
   const worker = async () => {
     while (next < jobs.length) {
-      const job = jobs[next++] as { task: string; index: number };
+      const job = jobs[next++] as { task: string; index: number; sample: number };
       for (let attempt = 0; ; attempt++) {
         try {
-          outcomes.push(await playEpisode(env, policy, endpoint, job.task, job.index, options));
+          // Seeds are distinct per (instance, sample) and equal the index when there is one sample.
+          const seed = job.index * samples + job.sample;
+          const outcome = await playEpisode(env, policy, endpoint, job.task, job.index, { ...options, seed });
+          outcomes.push({ ...outcome, sample: job.sample });
           break;
         } catch (error) {
           const retryable = error instanceof EnvApiError ? error.retryable : !(error instanceof PolicyRequestError);
@@ -134,7 +150,7 @@ export async function evaluate(options: EvalOptions): Promise<EvalReport> {
     }
   };
   await Promise.all(Array.from({ length: Math.min(options.concurrency ?? 8, jobs.length) }, worker));
-  return summarize(options.policyLabel, options.split, options.tasks, outcomes);
+  return summarize(options.policyLabel, options.split, options.tasks, outcomes, samples);
 }
 
 export function episodeSuccess(outcome: Pick<EpisodeOutcome, "status" | "reward">): number {
@@ -146,6 +162,7 @@ export function summarize(
   split: "train" | "test",
   tasks: readonly EvalTask[],
   outcomes: readonly EpisodeOutcome[],
+  samples = 1,
 ): EvalReport {
   const rows = tasks.map((t) => {
     const mine = outcomes.filter((o) => o.task === t.name);
@@ -153,7 +170,7 @@ export function summarize(
     for (const o of mine) statuses[o.status] = (statuses[o.status] ?? 0) + 1;
     const mean = (f: (o: EpisodeOutcome) => number) =>
       mine.length ? mine.reduce((s, o) => s + f(o), 0) / mine.length : 0;
-    return {
+    const row = {
       task: t.name,
       episodes: mine.length,
       success: mean(episodeSuccess),
@@ -161,6 +178,7 @@ export function summarize(
       meanTurns: mean((o) => o.turns),
       statuses,
     };
+    return samples > 1 ? { ...row, ...samplingStats(t.indices, mine, samples) } : row;
   });
   return {
     schemaVersion: 1,
@@ -170,4 +188,26 @@ export function summarize(
     tasks: rows,
     averageSuccess: rows.length ? rows.reduce((s, r) => s + r.success, 0) / rows.length : 0,
   };
+}
+
+/**
+ * Over the instances of one task, each played `samples` times: pass@k (the best of its samples'
+ * successes, averaged; for binary tasks the share solved at least once) and the share of
+ * instances whose samples' successes differ (a GRPO group over them has a non-zero advantage).
+ */
+export function samplingStats(
+  indices: readonly number[],
+  outcomes: readonly EpisodeOutcome[],
+  samples: number,
+): { samples: number; passAtK: number; mixedShare: number } {
+  let best = 0;
+  let mixed = 0;
+  for (const index of indices) {
+    const successes = outcomes.filter((o) => o.index === index).map(episodeSuccess);
+    if (successes.length === 0) continue;
+    best += Math.max(...successes);
+    if (Math.min(...successes) !== Math.max(...successes)) mixed += 1;
+  }
+  const n = Math.max(1, indices.length);
+  return { samples, passAtK: best / n, mixedShare: mixed / n };
 }

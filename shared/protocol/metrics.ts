@@ -31,6 +31,12 @@ export const EvalReport = z.object({
       meanReward: z.number(),
       meanTurns: z.number().nonnegative(),
       statuses: z.record(z.string(), z.number().int().nonnegative()),
+      /** Episodes per instance when more than one (`agentrl eval --samples K`). */
+      samples: z.number().int().min(2).optional(),
+      /** Mean over instances of the best sample's success (pass@K for binary tasks). */
+      passAtK: z.number().min(0).max(1).optional(),
+      /** Share of instances whose samples' successes differ: the groups GRPO learns from. */
+      mixedShare: z.number().min(0).max(1).optional(),
     }),
   ),
   /** Unweighted mean of the per-task success rates (as the reference's "avg" column). */

@@ -9,15 +9,17 @@ import { createLogger } from "../../shared/log.ts";
 import { ChatCompletionRequest, type ChatCompletionResponse } from "../../shared/protocol/openai.ts";
 
 /** An OpenAI-compatible endpoint whose "model" is a scripted agent: no TF.js needed to test evaluation. */
-async function scriptedPolicyServer(
-  agent: ScriptedAgent,
-): Promise<{ server: RunningServer; state: { requests: number; temperatures: Set<number | undefined> } }> {
+async function scriptedPolicyServer(agent: ScriptedAgent): Promise<{
+  server: RunningServer;
+  state: { requests: number; temperatures: Set<number | undefined>; seeds: Set<number | undefined> };
+}> {
   const app = createApp(createLogger({ role: "fake-policy" }));
-  const state = { requests: 0, temperatures: new Set<number | undefined>() };
+  const state = { requests: 0, temperatures: new Set<number | undefined>(), seeds: new Set<number | undefined>() };
   app.post("/v1/chat/completions", async (c) => {
     const request = await readJson(c, ChatCompletionRequest, "chat completion request");
     state.requests += 1;
     state.temperatures.add(request.temperature);
+    state.seeds.add(request.seed);
     const message = await agent.act(request.messages, request.seed ?? 0);
     const response: ChatCompletionResponse = {
       id: `cmpl-${state.requests}`,
@@ -94,6 +96,68 @@ describe("evaluate", () => {
     }
   });
 
+  it("plays each instance k times with distinct seeds and reports pass@k and the groups with mixed outcomes", async () => {
+    const policy = await scriptedPolicyServer(exampleRandom);
+    try {
+      const report = await evaluate({
+        controllerUrl: controller.url,
+        split: "test",
+        tasks: [{ name: "example", indices: indices.slice(0, 6) }],
+        policy: { url: `${policy.server.url}/v1` },
+        policyLabel: "random T=1 k=4",
+        temperature: 1,
+        samples: 4,
+      });
+      const row = report.tasks[0];
+      expect(row).toMatchObject({ task: "example", episodes: 24, samples: 4 });
+      // Seeds index·k + s: 24 distinct ones.
+      expect(policy.state.seeds).toEqual(
+        new Set(indices.slice(0, 6).flatMap((i) => [0, 1, 2, 3].map((s) => i * 4 + s))),
+      );
+      expect(row?.passAtK).toBeGreaterThanOrEqual(row?.success ?? 1);
+      expect(row?.mixedShare).toBeLessThanOrEqual(row?.passAtK ?? 0);
+      expect(worker.sessionCount).toBe(0);
+    } finally {
+      await policy.server.close();
+    }
+  });
+
+  it("computes pass@k and the mixed share by hand", () => {
+    const outcome = (index: number, sample: number, reward: number, status: "completed" | "task limit reached") => ({
+      task: "db",
+      index,
+      sample,
+      status,
+      reward,
+      turns: 1,
+    });
+    const report = summarize(
+      "v1 T=1 k=3",
+      "test",
+      [{ name: "db", indices: [1, 2, 3, 4] }],
+      [
+        // 1: solved once of three; 2: never (a reward without completion does not count); 3: always; 4: never.
+        outcome(1, 0, 0, "completed"),
+        outcome(1, 1, 1, "completed"),
+        outcome(1, 2, 0, "completed"),
+        outcome(2, 0, 1, "task limit reached"),
+        outcome(2, 1, 0, "completed"),
+        outcome(2, 2, 0, "completed"),
+        outcome(3, 0, 1, "completed"),
+        outcome(3, 1, 1, "completed"),
+        outcome(3, 2, 1, "completed"),
+        outcome(4, 0, 0, "completed"),
+        outcome(4, 1, 0, "completed"),
+        outcome(4, 2, 0, "completed"),
+      ],
+      3,
+    );
+    expect(report.tasks[0]).toMatchObject({ episodes: 12, samples: 3, passAtK: 0.5, mixedShare: 0.25 });
+    expect(report.tasks[0]?.success).toBeCloseTo(4 / 12, 12);
+    const single = summarize("v1", "test", [{ name: "db", indices: [1] }], [outcome(1, 0, 1, "completed")]);
+    expect(single.tasks[0]).not.toHaveProperty("passAtK");
+  });
+
   it("counts a graded reward only for completed episodes and averages tasks unweighted", () => {
     const report = summarize(
       "v1",
@@ -103,9 +167,9 @@ describe("evaluate", () => {
         { name: "db", indices: [3] },
       ],
       [
-        { task: "webshop", index: 1, status: "completed", reward: 0.5, turns: 3 },
-        { task: "webshop", index: 2, status: "task limit reached", reward: 0.9, turns: 20 },
-        { task: "db", index: 3, status: "completed", reward: 1, turns: 2 },
+        { task: "webshop", index: 1, sample: 0, status: "completed", reward: 0.5, turns: 3 },
+        { task: "webshop", index: 2, sample: 0, status: "task limit reached", reward: 0.9, turns: 20 },
+        { task: "db", index: 3, sample: 0, status: "completed", reward: 1, turns: 2 },
       ],
     );
     expect(report.tasks[0]).toMatchObject({ task: "webshop", success: 0.25, meanReward: 0.7, meanTurns: 11.5 });

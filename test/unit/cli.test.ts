@@ -9,6 +9,11 @@ describe("agentrl run commands reject bad input with one line", () => {
     [["eval", "--policy", "latest"], /--policy must be a version number, "newest" or an http\(s\) URL/],
     [["eval", "--policy", "3", "--split", "dev"], /--split must be "train" or "test"/],
     [["eval", "--policy", "3", "--temperature", "hot"], /--temperature must be a number from 0 to 2, got "hot"/],
+    [["eval", "--policy", "3", "--samples", "0"], /--samples must be an integer >= 1/],
+    [
+      ["eval", "--policy", "3", "--samples", "4"],
+      /--samples: more than one sample per instance needs --temperature > 0/,
+    ],
     [["report", "/nonexistent-run"], /is not a run folder/],
   ])("agentrl %j", async (args, message) => {
     const result = await agentrl(args);

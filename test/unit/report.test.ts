@@ -1,7 +1,14 @@
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { evalTableMarkdown, readMetrics, renderReport, stalenessHistogram, tasksIn } from "../../cli/report/report.ts";
+import {
+  evalReportMarkdown,
+  evalTableMarkdown,
+  readMetrics,
+  renderReport,
+  stalenessHistogram,
+  tasksIn,
+} from "../../cli/report/report.ts";
 import type { EvalReport, StepMetrics } from "../../shared/protocol/metrics.ts";
 import { tempDir } from "../support/tmp.ts";
 
@@ -49,6 +56,22 @@ describe("run report", () => {
       "|---|---|---|---|",
       "| v0 (base) | 10.0 | 30.0 | 20.0 |",
       "| v5 | 40.0 | 60.0 | 50.0 |",
+    ]);
+  });
+
+  it("adds the sampling table (pass@1, pass@k, mixed groups) only to a sampled report", () => {
+    const plain = evalReport("v0", 0.1, 0.3);
+    expect(evalReportMarkdown(plain)).toBe(evalTableMarkdown([plain]));
+    const sampled: EvalReport = {
+      ...plain,
+      policy: "v0 T=1 k=8",
+      tasks: plain.tasks.map((t) => ({ ...t, episodes: 80, samples: 8, passAtK: 0.5, mixedShare: 0.25 })),
+    };
+    expect(evalReportMarkdown(sampled).split("\n").slice(-4)).toEqual([
+      "| v0 T=1 k=8 | instances | samples | pass@1 | pass@k | mixed groups |",
+      "|---|---|---|---|---|---|",
+      "| db | 10 | 8 | 10.0 | 50.0 | 25.0 |",
+      "| kg | 10 | 8 | 30.0 | 50.0 | 25.0 |",
     ]);
   });
 
