@@ -92,6 +92,8 @@ function workload(mode: "async" | "sync"): ExperimentConfig {
       crossPolicy: { enabled: false },
     },
     trainer: { mode, batchSize: 2, maxSteps: steps, warmupFactor: 1, checkpointEvery: 1 },
+    // Throughput only: no closing evaluation.
+    evaluation: { instances: 0 },
   });
 }
 
@@ -169,7 +171,6 @@ async function runMode(mode: "async" | "sync", root: string, base: string): Prom
       config: workload(mode),
       runDir,
       baseCheckpoint: base,
-      evalInstances: 0,
       signal: stop.signal,
       log,
     });

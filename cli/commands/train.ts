@@ -6,7 +6,7 @@ import { ValidationError } from "../../shared/errors.ts";
 import { BASE_CHECKPOINT_DIR, runPipeline } from "../launch/pipeline.ts";
 import { createProgressView } from "../launch/progress.ts";
 import { configFromOptions, withConfigOptions } from "../options.ts";
-import { evalTableMarkdown } from "../report/report.ts";
+import { evalTableMarkdown, samplingTableMarkdown } from "../report/report.ts";
 import { intOption } from "./controller.ts";
 
 /** Config of `npm start`: a short multi-task run sized for 2 CPU cores. */
@@ -18,7 +18,7 @@ interface TrainOptions {
   transport?: "local" | "aws";
   endpoint?: string;
   runDir?: string;
-  evalN: number;
+  evalN?: number;
   base: string;
 }
 
@@ -29,22 +29,24 @@ function addTrainOptions(command: Command): Command {
     .option("--run-dir <dir>", "folder of this run (default: <runDir>/<experimentId>-<time>)")
     .option(
       "--eval-n <n>",
-      "held-out instances per task for the closing evaluation (0 skips it)",
+      "held-out instances per task for the closing evaluation, 0 skips it (default: the config's evaluation.instances)",
       intOption("--eval-n", 0),
-      20,
     )
     .option("--base <dir>", "base checkpoint folder imported as v0 when the store is empty", BASE_CHECKPOINT_DIR);
 }
 
-/** Applies --transport/--endpoint on top of the config, re-validating the result. */
-function withTransportFlags(config: ExperimentConfig, options: TrainOptions): ExperimentConfig {
-  if (!options.transport && !options.endpoint) return config;
+/** Applies --transport/--endpoint and --eval-n on top of the config, re-validating the result. */
+function withFlags(config: ExperimentConfig, options: TrainOptions): ExperimentConfig {
+  const evaluation =
+    options.evalN === undefined ? config.evaluation : { ...config.evaluation, instances: options.evalN };
+  if (!options.transport && !options.endpoint) return parseConfig({ ...config, evaluation });
   if (options.transport === "local" && options.endpoint)
     throw new ValidationError("options", [
       { path: "--endpoint", message: "needs --transport aws (or no --transport); the local transport has no endpoint" },
     ]);
   return parseConfig({
     ...config,
+    evaluation,
     transport: {
       ...config.transport,
       kind: options.endpoint ? "aws" : options.transport,
@@ -54,7 +56,7 @@ function withTransportFlags(config: ExperimentConfig, options: TrainOptions): Ex
 }
 
 async function train(options: TrainOptions): Promise<void> {
-  const config = withTransportFlags(await configFromOptions(options), options);
+  const config = withFlags(await configFromOptions(options), options);
   const stamp = new Date().toISOString().replace(/[:.]/g, "-").slice(0, 19);
   const runDir = resolve(options.runDir ?? join(config.runDir, `${config.experimentId}-${stamp}`));
   const stop = new AbortController();
@@ -70,20 +72,27 @@ async function train(options: TrainOptions): Promise<void> {
     config,
     runDir,
     baseCheckpoint: options.base,
-    evalInstances: options.evalN,
     signal: stop.signal,
     progress: createProgressView(),
   });
   const lines = [
     result.interrupted ? `interrupted after ${result.steps} trainer steps` : `${result.steps} trainer steps`,
   ];
-  if (result.evals.length > 0)
+  if (result.evals.length > 0) {
+    const { instances, temperature, samples } = config.evaluation;
+    const how =
+      temperature > 0 ? `sampled at T=${temperature}${samples > 1 ? `, ${samples} samples each` : ""}` : "greedy";
     lines.push(
       "",
-      `Test success (%), ${options.evalN} held-out instances per task:`,
+      `Test success (%), ${instances} held-out instances per task, ${how}:`,
       "",
       evalTableMarkdown(result.evals),
     );
+    for (const report of result.evals) {
+      const sampling = samplingTableMarkdown(report);
+      if (sampling) lines.push("", sampling);
+    }
+  }
   lines.push("", `report: ${result.reportFile}`);
   process.stdout.write(`${lines.join("\n")}\n`);
   if (result.interrupted) process.exitCode = 130;

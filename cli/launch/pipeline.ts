@@ -28,8 +28,6 @@ export interface PipelineOptions {
   readonly runDir: string;
   /** Folder laid out as a store holding policies/v0/; imported when the checkpoint store is empty. */
   readonly baseCheckpoint?: string;
-  /** Held-out instances per task for the closing base-vs-newest evaluation; 0 skips it. */
-  readonly evalInstances: number;
   /** Ctrl-C: stops every role cleanly and writes the report of what ran. */
   readonly signal?: AbortSignal;
   readonly log?: Logger;
@@ -118,12 +116,14 @@ export async function runPipeline(options: PipelineOptions): Promise<PipelineRes
       await supervisor.stop("policy-current");
       if (staleUrl) await supervisor.stop("policy-stale");
       const newest = await newestVersion(checkpoints);
-      if (options.evalInstances > 0 && newest !== undefined) {
+      const evaluation = config.evaluation;
+      if (evaluation.instances > 0 && newest !== undefined) {
         const tasks = await evalTasks(
           config.tasks.mix.map((t) => t.name),
           "test",
-          options.evalInstances,
+          evaluation.instances,
         );
+        const sampling = `${evaluation.temperature > 0 ? ` T=${evaluation.temperature}` : ""}${evaluation.samples > 1 ? ` k=${evaluation.samples}` : ""}`;
         for (const version of newest === baseVersion ? [baseVersion] : [baseVersion, newest]) {
           const policyUrl = await startPolicyServer(supervisor, {
             name: `policy-eval-v${version}`,
@@ -136,8 +136,10 @@ export async function runPipeline(options: PipelineOptions): Promise<PipelineRes
               runEval({
                 controllerUrl,
                 policyUrl,
-                label: version === baseVersion ? `v${version} (base)` : `v${version}`,
+                label: `${version === baseVersion ? `v${version} (base)` : `v${version}`}${sampling}`,
                 tasks,
+                temperature: evaluation.temperature,
+                samples: evaluation.samples,
                 split: "test",
                 maxTokensPerTurn: config.rollout.maxTokensPerTurn,
                 concurrency: 16,

@@ -2,12 +2,14 @@ import { readFile } from "node:fs/promises";
 import { parse as parseYaml } from "yaml";
 import { z } from "zod";
 import { issuesOf, ValidationError } from "../errors.ts";
+import { EvaluationConfig } from "./evaluation.ts";
 import { PolicyConfig } from "./policy.ts";
 import { RolloutConfig } from "./rollout.ts";
 import { TasksConfig } from "./tasks.ts";
 import { TrainerConfig } from "./trainer.ts";
 import { TransportConfig } from "./transport.ts";
 
+export * from "./evaluation.ts";
 export * from "./policy.ts";
 export * from "./rollout.ts";
 export * from "./tasks.ts";
@@ -32,6 +34,7 @@ export const ExperimentConfig = z
     policy: PolicyConfig.prefault({}),
     rollout: RolloutConfig.prefault({}),
     trainer: TrainerConfig.prefault({}),
+    evaluation: EvaluationConfig.prefault({}),
   })
   .strict()
   .superRefine((c, ctx) => {

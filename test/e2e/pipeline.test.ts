@@ -33,6 +33,8 @@ function tinyConfig(experimentId: string, transport: Record<string, unknown> = {
     },
     rollout: { groupSize: 2, maxTokensPerTurn: 24, maxTurns: 3, workers: 1, concurrency: 4 },
     trainer: { batchSize: 2, maxSteps: MAX_STEPS, warmupFactor: 1, maxStaleness: 1 },
+    // Sampled twice per instance, the way the learning config evaluates.
+    evaluation: { instances: 1, temperature: 1, samples: 2 },
   });
 }
 
@@ -40,7 +42,7 @@ function tinyConfig(experimentId: string, transport: Record<string, unknown> = {
 async function runAndCheck(config: ExperimentConfig, base: string, faults = false): Promise<void> {
   const runDir = tempDir(`agentrl-e2e-${config.experimentId}-`);
   const injected = faults ? injectFaults(runDir) : undefined;
-  const result = await runPipeline({ config, runDir, baseCheckpoint: base, evalInstances: 1 });
+  const result = await runPipeline({ config, runDir, baseCheckpoint: base });
   const faulted = await injected;
   if (faulted) {
     // The db env worker, then the trainer and the rollout worker were SIGKILLed after step 1; the supervisor restarted each.
@@ -87,7 +89,8 @@ async function runAndCheck(config: ExperimentConfig, base: string, faults = fals
   }
 
   // The closing evaluation compared the base with the newest version, and the report exists.
-  expect(result.evals.map((e) => e.policy)).toEqual(["v0 (base)", "v3"]);
+  expect(result.evals.map((e) => e.policy)).toEqual(["v0 (base) T=1 k=2", "v3 T=1 k=2"]);
+  for (const row of result.evals.flatMap((e) => e.tasks)) expect(row).toMatchObject({ episodes: 2, samples: 2 });
   expect(result.reportFile).toBe(join(runDir, "report.html"));
 }
 

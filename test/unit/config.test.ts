@@ -49,10 +49,18 @@ describe("experiment config", () => {
           crossPolicy: { staleProbability: 0.8, external: [{ url: "http://x:1/v1", model: "m", probability: 0.5 }] },
         },
         policy: { model: { dModel: 130, heads: 4 } },
+        evaluation: { samples: 8 },
       }),
     ).map((i) => i.path);
     expect(paths).toContain("rollout.crossPolicy");
     expect(paths).toContain("policy.model.dModel");
+    // Several greedy samples of one instance repeat each other.
+    expect(paths).toContain("evaluation.samples");
+    expect(parseConfig({ evaluation: { samples: 8, temperature: 1 } }).evaluation).toEqual({
+      instances: 20,
+      samples: 8,
+      temperature: 1,
+    });
   });
 
   it("rejects a task listed twice in the mix", () => {
