@@ -1,9 +1,10 @@
-import { ControllerClient, EnvApiError } from "../../shared/env/client.ts";
+import { ControllerClient, EnvApiError, EnvCapacityError } from "../../shared/env/client.ts";
 import type { Logger } from "../../shared/log.ts";
 import { PolicyClient, type PolicyEndpoint, PolicyRequestError } from "../../shared/policy/client.ts";
 import type { SampleStatus } from "../../shared/protocol/envApi.ts";
 import type { EvalReport } from "../../shared/protocol/metrics.ts";
 import type { AssistantMessage, ChatMessage } from "../../shared/protocol/openai.ts";
+import { sleep } from "../../shared/sleep.ts";
 
 export interface EvalTask {
   readonly name: string;
@@ -31,9 +32,19 @@ export interface EvalOptions {
   readonly maxTokensPerTurn?: number;
   /** Turn cap on our side, on top of the environment's own. @default 30 */
   readonly maxTurns?: number;
+  /** First wait before retrying a failed episode, doubled each attempt (at most 10 s). @default 500 */
+  readonly retryBackoffMs?: number;
+  /**
+   * How long an episode waits, in all, for a free env slot (HTTP 406) before failing: slots can be
+   * held for a while by sessions another process left behind until they expire. @default 300000
+   */
+  readonly capacityWaitMs?: number;
   readonly log?: Logger;
   readonly signal?: AbortSignal;
 }
+
+/** Failed attempts of one episode before the evaluation fails. */
+const MAX_ATTEMPTS = 5;
 
 export interface EpisodeOutcome {
   readonly task: string;
@@ -128,10 +139,13 @@ export async function evaluate(options: EvalOptions): Promise<EvalReport> {
   );
   const outcomes: EpisodeOutcome[] = [];
   let next = 0;
+  const backoff = options.retryBackoffMs ?? 500;
+  const capacityWaitMs = options.capacityWaitMs ?? 300_000;
   const worker = async () => {
     while (next < jobs.length) {
       const job = jobs[next++] as { task: string; index: number; sample: number };
-      for (let attempt = 0; ; attempt++) {
+      let waited = 0;
+      for (let attempt = 0; ; ) {
         try {
           // Seeds are distinct per (instance, sample) and equal the index when there is one sample.
           const seed = job.index * samples + job.sample;
@@ -139,12 +153,22 @@ export async function evaluate(options: EvalOptions): Promise<EvalReport> {
           outcomes.push({ ...outcome, sample: job.sample });
           break;
         } catch (error) {
+          if (options.signal?.aborted) throw error;
+          // Every slot taken is a wait, not a failure: it does not use up the episode's attempts.
+          if (error instanceof EnvCapacityError && waited < capacityWaitMs) {
+            const ms = Math.min(backoff * 2, capacityWaitMs - waited);
+            waited += ms;
+            await sleep(ms, options.signal);
+            continue;
+          }
           const retryable = error instanceof EnvApiError ? error.retryable : !(error instanceof PolicyRequestError);
-          if (!retryable || attempt >= 4 || options.signal?.aborted) throw error;
+          if (!retryable || attempt >= MAX_ATTEMPTS - 1) throw error;
           options.log?.warn(
             { err: error, ...job, attempt },
             "evaluation episode failed; retrying with a fresh session",
           );
+          await sleep(Math.min(10_000, backoff * 2 ** attempt), options.signal);
+          attempt += 1;
         }
       }
     }

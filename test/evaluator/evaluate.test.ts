@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { exampleExpert, exampleRandom, exampleTask } from "../../env-images/example/index.ts";
 import { type RunningController, startController } from "../../functions/controller/controller.ts";
 import { evaluate, summarize } from "../../functions/evaluator/evaluate.ts";
+import { ControllerClient, EnvCapacityError } from "../../shared/env/client.ts";
 import type { ScriptedAgent } from "../../shared/env/task.ts";
 import { type RunningWorker, serveTask } from "../../shared/env/worker.ts";
 import { createApp, listen, type RunningServer, readJson } from "../../shared/http.ts";
@@ -119,6 +120,44 @@ describe("evaluate", () => {
       expect(worker.sessionCount).toBe(0);
     } finally {
       await policy.server.close();
+    }
+  });
+
+  it("waits for a free env slot instead of failing, up to its limit", async () => {
+    // A second controller whose only worker has one slot, held by a session someone else started.
+    const busyController = await startController({ port: 0 });
+    const busyWorker = await serveTask(exampleTask, {
+      controllerUrl: busyController.url,
+      heartbeatMs: 100,
+      concurrency: 1,
+    });
+    await busyWorker.heartbeat();
+    const policy = await scriptedPolicyServer(exampleExpert);
+    const env = new ControllerClient({ baseUrl: busyController.url });
+    try {
+      const common = {
+        controllerUrl: busyController.url,
+        split: "test" as const,
+        tasks: [{ name: "example", indices: indices.slice(0, 2) }],
+        policy: { url: `${policy.server.url}/v1` },
+        policyLabel: "expert",
+        retryBackoffMs: 50,
+      };
+      const held = await env.startSample("example", indices[0] as number);
+      await expect(evaluate({ ...common, capacityWaitMs: 300 })).rejects.toBeInstanceOf(EnvCapacityError);
+      expect(policy.state.requests).toBe(0);
+
+      // Released half a second into the next evaluation: it waits, then plays both episodes.
+      const released = new Promise<void>((resolve) =>
+        setTimeout(() => void env.cancel(held.sessionId).then(resolve), 500),
+      );
+      const report = await evaluate(common);
+      await released;
+      expect(report.tasks[0]).toMatchObject({ episodes: 2, success: 1 });
+    } finally {
+      await policy.server.close();
+      await busyWorker.close();
+      await busyController.close();
     }
   });
 
