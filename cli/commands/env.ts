@@ -62,30 +62,19 @@ export function register(program: Command): void {
     .option("--n <n>", "number of indices (from the start of the split)", intOption("--n", 1), 20)
     .action(async (name: string, options: { split: "train" | "test"; n: number }) => {
       const module = await loadTask(name);
-      const { runScripted } = await import("../../shared/env/session.ts");
+      const { scriptedStats } = await import("../../shared/env/session.ts");
       const range = module.task.splits[options.split];
       const count = Math.min(options.n, range.end - range.start);
+      const indices = Array.from({ length: count }, (_, i) => range.start + i);
       const lines: string[] = [];
       let failed = false;
       for (const agent of [module.expert, module.random]) {
-        let successes = 0;
-        let rewardSum = 0;
-        let turnSum = 0;
-        const statuses: Record<string, number> = {};
-        for (let index = range.start; index < range.start + count; index++) {
-          const run = await runScripted(module.task, index, agent);
-          // Success means the task fully solved (reward 1): a partial WebShop purchase is not a success.
-          if (run.status === "completed" && run.reward >= 1) successes += 1;
-          rewardSum += run.reward;
-          turnSum += run.turns;
-          statuses[run.status] = (statuses[run.status] ?? 0) + 1;
-        }
-        const rate = count ? successes / count : 0;
-        if (agent === module.expert && rate === 0) failed = true;
+        const stats = await scriptedStats(module.task, agent, indices);
+        if (agent === module.expert && stats.successes === 0) failed = true;
         lines.push(
-          `${name} ${options.split}[${range.start}..${range.start + count}) ${agent.name}: success ${(100 * rate).toFixed(1)}% ` +
-            `(${successes}/${count}), avg reward ${(rewardSum / count).toFixed(3)}, avg turns ${(turnSum / count).toFixed(2)}, ` +
-            `statuses ${JSON.stringify(statuses)}`,
+          `${name} ${options.split}[${range.start}..${range.start + count}) ${agent.name}: success ${(100 * stats.successRate).toFixed(1)}% ` +
+            `(${stats.successes}/${count}), avg reward ${stats.meanReward.toFixed(3)}, avg turns ${stats.meanTurns.toFixed(2)}, ` +
+            `statuses ${JSON.stringify(stats.statuses)}`,
         );
       }
       process.stdout.write(`${lines.join("\n")}\n`);

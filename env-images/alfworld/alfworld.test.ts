@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { EpisodeSession, runScripted, toolSpecs } from "../../shared/env/session.ts";
+import { EpisodeSession, runScripted, scriptedStats, toolSpecs } from "../../shared/env/session.ts";
 import type { ScriptedAgent } from "../../shared/env/task.ts";
 import type { AssistantMessage } from "../../shared/protocol/openai.ts";
 import { rngFor } from "../common/rng.ts";
@@ -280,11 +280,8 @@ describe("alfworld episodes", () => {
 describe("alfworld agents", () => {
   const test = Array.from({ length: 500 }, (_, i) => ALFWORLD_SPLITS.test.start + i);
 
-  async function successRate(agent: ScriptedAgent, indices: readonly number[]): Promise<number> {
-    let wins = 0;
-    for (const index of indices) if ((await runScripted(alfworldTask, index, agent)).reward === 1) wins++;
-    return wins / indices.length;
-  }
+  const successRate = async (agent: ScriptedAgent, indices: readonly number[]) =>
+    (await scriptedStats(alfworldTask, agent, indices)).successRate;
 
   it("the expert solves at least 99% of the test split; the random baseline far fewer", async () => {
     expect(await successRate(alfworldExpert, test)).toBeGreaterThanOrEqual(0.99);

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { EpisodeSession, runScripted } from "../../shared/env/session.ts";
+import { EpisodeSession, scriptedStats } from "../../shared/env/session.ts";
 import type { Episode, StepResult } from "../../shared/env/task.ts";
 import { callTool } from "../common/agent.ts";
 import { generateKgInstance, KG_KINDS, type KgKind } from "./generator.ts";
@@ -126,16 +126,8 @@ describe("kg tools", () => {
 
 describe("kg agents", () => {
   it("the expert solves at least 99% of 200 test instances; the random baseline far fewer", async () => {
-    let expertWins = 0;
-    let randomWins = 0;
-    const n = 200;
-    const randomN = 100;
-    for (let i = task.splits.test.start; i < task.splits.test.start + n; i++) {
-      if ((await runScripted(task, i, taskModule.expert)).reward === 1) expertWins++;
-      if (i < task.splits.test.start + randomN && (await runScripted(task, i, taskModule.random)).reward === 1)
-        randomWins++;
-    }
-    expect(expertWins / n).toBeGreaterThanOrEqual(0.99);
-    expect(randomWins / randomN).toBeLessThan(0.25);
+    const test = Array.from({ length: 200 }, (_, i) => task.splits.test.start + i);
+    expect((await scriptedStats(task, taskModule.expert, test)).successRate).toBeGreaterThanOrEqual(0.99);
+    expect((await scriptedStats(task, taskModule.random, test.slice(0, 100))).successRate).toBeLessThan(0.25);
   });
 });

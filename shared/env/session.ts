@@ -171,3 +171,41 @@ export async function runScripted(
   }
   return { index, status: session.currentStatus, reward: session.reward, turns: session.turnCount, messages };
 }
+
+export interface ScriptedStats {
+  readonly episodes: number;
+  /** Episodes completed with the task fully solved (reward ≥ 1; a partial WebShop purchase is not a success). */
+  readonly successes: number;
+  readonly successRate: number;
+  readonly meanReward: number;
+  readonly meanTurns: number;
+  readonly statuses: Record<string, number>;
+}
+
+/** Plays `agent` on each index in turn and sums up the episodes (`env check`, the tasks' own tests). */
+export async function scriptedStats(
+  task: TaskDefinition,
+  agent: ScriptedAgent,
+  indices: readonly number[],
+): Promise<ScriptedStats> {
+  let successes = 0;
+  let rewardSum = 0;
+  let turnSum = 0;
+  const statuses: Record<string, number> = {};
+  for (const index of indices) {
+    const run = await runScripted(task, index, agent);
+    if (run.status === "completed" && run.reward >= 1) successes += 1;
+    rewardSum += run.reward;
+    turnSum += run.turns;
+    statuses[run.status] = (statuses[run.status] ?? 0) + 1;
+  }
+  const n = Math.max(1, indices.length);
+  return {
+    episodes: indices.length,
+    successes,
+    successRate: successes / n,
+    meanReward: rewardSum / n,
+    meanTurns: turnSum / n,
+    statuses,
+  };
+}
