@@ -80,24 +80,7 @@ describe("evaluate", () => {
     }
   });
 
-  it("samples at the temperature it is given", async () => {
-    const policy = await scriptedPolicyServer(exampleExpert);
-    try {
-      await evaluate({
-        controllerUrl: controller.url,
-        split: "test",
-        tasks: [{ name: "example", indices: indices.slice(0, 3) }],
-        policy: { url: `${policy.server.url}/v1` },
-        policyLabel: "expert T=0.7",
-        temperature: 0.7,
-      });
-      expect([...policy.state.temperatures]).toEqual([0.7]);
-    } finally {
-      await policy.server.close();
-    }
-  });
-
-  it("plays each instance k times with distinct seeds and reports pass@k and the groups with mixed outcomes", async () => {
+  it("samples at the temperature given, each instance k times with distinct seeds, and reports pass@k and the groups with mixed outcomes", async () => {
     const policy = await scriptedPolicyServer(exampleRandom);
     try {
       const report = await evaluate({
@@ -111,6 +94,7 @@ describe("evaluate", () => {
       });
       const row = report.tasks[0];
       expect(row).toMatchObject({ task: "example", episodes: 24, samples: 4 });
+      expect([...policy.state.temperatures]).toEqual([1]);
       // Seeds index·k + s: 24 distinct ones.
       expect(policy.state.seeds).toEqual(
         new Set(indices.slice(0, 6).flatMap((i) => [0, 1, 2, 3].map((s) => i * 4 + s))),
