@@ -83,7 +83,11 @@ function evalTableHtml(reports: readonly EvalReport[]): string {
   const rows = reports.map((r) => {
     const cells = tasks.map((task) => {
       const row = r.tasks.find((t) => t.task === task);
-      return `<td>${row ? (100 * row.success).toFixed(1) : "–"}</td>`;
+      if (!row) return "<td>–</td>";
+      // A sampled evaluation also shows pass@k beside the mean success (pass@1).
+      const passAtK =
+        row.passAtK === undefined ? "" : ` <small>pass@${row.samples} ${(100 * row.passAtK).toFixed(1)}</small>`;
+      return `<td>${(100 * row.success).toFixed(1)}${passAtK}</td>`;
     });
     return `<tr><td>${escapeXml(r.policy)}</td>${cells.join("")}<td><b>${(100 * r.averageSuccess).toFixed(1)}</b></td></tr>`;
   });

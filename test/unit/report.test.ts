@@ -79,10 +79,19 @@ describe("run report", () => {
     const html = renderReport({
       title: "run <1>",
       records,
-      evals: [evalReport("v1", 0.5, 0.5)],
+      evals: [
+        evalReport("v1", 0.5, 0.5),
+        {
+          ...evalReport("v2 T=1 k=8", 0.25, 0.5),
+          tasks: evalReport("v2", 0.25, 0.5).tasks.map((t) => ({ ...t, samples: 8, passAtK: 0.75, mixedShare: 0.5 })),
+        },
+      ],
       facts: [["steps", "2"]],
     });
     expect(html).toContain("run &#60;1&#62;");
+    // Greedy cells hold the success only; sampled ones add pass@k.
+    expect(html).toContain("<td>v1</td><td>50.0</td><td>50.0</td>");
+    expect(html).toContain("<td>25.0 <small>pass@8 75.0</small></td>");
     expect(html.match(/<svg/g)?.length).toBe(5);
     expect(html).toContain(">db</text>");
     expect(html).toContain("Staleness of trained tokens");
