@@ -3,7 +3,7 @@ import { join, resolve } from "node:path";
 import { type Command, InvalidArgumentError } from "commander";
 import { ValidationError } from "../../shared/errors.ts";
 import { createLogger } from "../../shared/log.ts";
-import { evalTasks, runEval } from "../launch/eval.ts";
+import { evalTasks, runEval, samplingSuffix } from "../launch/eval.ts";
 import { startPolicyServer } from "../launch/policy.ts";
 import { startEnvStack } from "../launch/stack.ts";
 import { Supervisor } from "../launch/supervisor.ts";
@@ -96,7 +96,7 @@ export function register(program: Command): void {
           controllerUrl,
           policyUrl,
           ...(options.model ? { model: options.model } : {}),
-          label: `${isUrl ? (options.model ?? options.policy) : `v${options.policy}`}${options.temperature > 0 ? ` T=${options.temperature}` : ""}${options.samples > 1 ? ` k=${options.samples}` : ""}`,
+          label: `${isUrl ? (options.model ?? options.policy) : `v${options.policy}`}${samplingSuffix(options.temperature, options.samples)}`,
           temperature: options.temperature,
           samples: options.samples,
           tasks,

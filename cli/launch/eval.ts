@@ -17,6 +17,11 @@ export async function evalTasks(names: readonly string[], split: "train" | "test
   );
 }
 
+/** What a policy's label adds for a sampled evaluation: ` T=0.5 k=8`, or nothing when greedy. */
+export function samplingSuffix(temperature: number, samples: number): string {
+  return `${temperature > 0 ? ` T=${temperature}` : ""}${samples > 1 ? ` k=${samples}` : ""}`;
+}
+
 export interface EvalRunOptions {
   readonly controllerUrl: string;
   readonly policyUrl: string;

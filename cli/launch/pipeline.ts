@@ -10,7 +10,7 @@ import { createTransport } from "../../shared/transport/index.ts";
 import { LocalObjectStore } from "../../shared/transport/local.ts";
 import type { ObjectStore } from "../../shared/transport/types.ts";
 import { evalTableMarkdown, readMetrics, writeRunReport } from "../report/report.ts";
-import { evalTasks, runEval } from "./eval.ts";
+import { evalTasks, runEval, samplingSuffix } from "./eval.ts";
 import { startPolicyServer } from "./policy.ts";
 import type { ProgressView } from "./progress.ts";
 import { startEnvStack } from "./stack.ts";
@@ -123,7 +123,7 @@ export async function runPipeline(options: PipelineOptions): Promise<PipelineRes
           "test",
           evaluation.instances,
         );
-        const sampling = `${evaluation.temperature > 0 ? ` T=${evaluation.temperature}` : ""}${evaluation.samples > 1 ? ` k=${evaluation.samples}` : ""}`;
+        const sampling = samplingSuffix(evaluation.temperature, evaluation.samples);
         for (const version of newest === baseVersion ? [baseVersion] : [baseVersion, newest]) {
           const policyUrl = await startPolicyServer(supervisor, {
             name: `policy-eval-v${version}`,

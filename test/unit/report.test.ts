@@ -1,6 +1,7 @@
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
+import { samplingSuffix } from "../../cli/launch/eval.ts";
 import {
   evalReportMarkdown,
   evalTableMarkdown,
@@ -57,6 +58,12 @@ describe("run report", () => {
       "| v0 (base) | 10.0 | 30.0 | 20.0 |",
       "| v5 | 40.0 | 60.0 | 50.0 |",
     ]);
+  });
+
+  it("labels a sampled evaluation with its temperature and samples, a greedy one with nothing", () => {
+    expect(samplingSuffix(0, 1)).toBe("");
+    expect(samplingSuffix(1, 1)).toBe(" T=1");
+    expect(samplingSuffix(0.5, 8)).toBe(" T=0.5 k=8");
   });
 
   it("adds the sampling table (pass@1, pass@k, mixed groups) only to a sampled report", () => {
