@@ -12,6 +12,7 @@ export const ModelConfig = z
     contextLength: z.number().int().min(64).default(2048).describe("maximum sequence length"),
     ropeTheta: z.number().positive().default(10_000).describe("rotary base"),
     normEps: z.number().positive().default(1e-5).describe("RMSNorm epsilon"),
+    tieEmbeddings: z.boolean().default(false).describe("logits from the input embedding table (no lm_head)"),
   })
   .strict()
   .superRefine((m, ctx) => {

@@ -59,7 +59,8 @@ export function parameterShapes(config: ModelConfig): Array<{ name: string; shap
       { name: `layers.${i}.ffn.w_down`, shape: [config.ffnHidden, d] },
     );
   }
-  shapes.push({ name: "final_norm", shape: [d] }, { name: "lm_head", shape: [d, config.vocabSize] });
+  shapes.push({ name: "final_norm", shape: [d] });
+  if (!config.tieEmbeddings) shapes.push({ name: "lm_head", shape: [d, config.vocabSize] });
   return shapes;
 }
 
@@ -123,7 +124,8 @@ export class TransformerPolicy implements InferencePolicy, TrainablePolicy {
   private readonly layerParams: LayerParams[];
   private readonly embedTable: tf.Variable;
   private readonly finalNorm: tf.Variable;
-  private readonly lmHead: tf.Variable;
+  /** Undefined with tied embeddings: the head is then the transposed embedding table. */
+  private readonly lmHead: tf.Variable | undefined;
   private adamM: Map<string, Float32Array> | undefined;
   private adamV: Map<string, Float32Array> | undefined;
   /** Updates folded into adamM/adamV (bias correction); separate from `step`, which a checkpoint restores without moments. */
@@ -170,7 +172,7 @@ export class TransformerPolicy implements InferencePolicy, TrainablePolicy {
     const p = (name: string) => params.get(name)!;
     this.embedTable = p("embed");
     this.finalNorm = p("final_norm");
-    this.lmHead = p("lm_head");
+    this.lmHead = config.tieEmbeddings ? undefined : p("lm_head");
     this.layerParams = Array.from({ length: config.layers }, (_, i) => ({
       attnNorm: p(`layers.${i}.attn_norm`),
       wqkv: p(`layers.${i}.attn.wqkv`),
@@ -199,7 +201,9 @@ export class TransformerPolicy implements InferencePolicy, TrainablePolicy {
 
   /** Vocabulary logits [N, V] from hidden rows. */
   head(hidden: tf.Tensor2D): tf.Tensor2D {
-    return linear(hidden, this.lmHead as tf.Tensor2D);
+    // An explicit transpose keeps the fast `linear` kernels (see its comment).
+    const weight = this.lmHead ?? tf.transpose(this.embedTable);
+    return linear(hidden, weight as tf.Tensor2D);
   }
 
   /** Checks a token sequence fits this model; throws ModelInputError naming the problem. */

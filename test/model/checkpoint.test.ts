@@ -97,6 +97,18 @@ describe("checkpoints", () => {
     for (const p of [policy, loaded.policy, trainable.policy]) p.dispose();
   });
 
+  it("round-trips a tied-embedding model, which stores no lm_head", async () => {
+    const store = new MemoryStore();
+    const policy = createPolicy({ ...SMALL, tieEmbeddings: true }, 6);
+    await saveCheckpoint(store, policy, { version: 1, step: 0, parent: 0, tokenizerJson: TOKENIZER });
+    const loaded = await loadCheckpoint(store, 1);
+    expect(loaded.config.tieEmbeddings).toBe(true);
+    expect([...loaded.policy.params.keys()]).not.toContain("lm_head");
+    const seqs = [tokens(12, 3)];
+    expect(loaded.policy.logProbs(seqs, 1)).toEqual(policy.logProbs(seqs, 1));
+    for (const p of [policy, loaded.policy]) p.dispose();
+  });
+
   it("resumes Adam exactly when the optimizer state is saved, and restarts it cleanly when not", async () => {
     const store = new MemoryStore();
     const lr = 1e-3;

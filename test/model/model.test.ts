@@ -6,6 +6,7 @@ import {
   initBackend,
   logProbOf,
   ModelInputError,
+  parameterShapes,
   type TransformerPolicy,
 } from "../../shared/model/index.ts";
 import { SMALL, tokens } from "./support.ts";
@@ -101,6 +102,28 @@ describe("rollout/trainer agreement", () => {
     policy.dispose();
   });
 
+  it("ties the output head to the embedding table and still agrees with the decoder", () => {
+    const policy = createPolicy({ ...SMALL, tieEmbeddings: true }, 13);
+    expect([...policy.params.keys()]).not.toContain("lm_head");
+    expect([...policy.params.keys()]).toEqual(parameterShapes(policy.config).map((p) => p.name));
+    const seqs = [tokens(16, 7), tokens(10, 8)];
+    const promptLens = [3, 2];
+    const fromTrainer = policy.logProbs(seqs, 1);
+    const fromDecoder = decodeLogProbs(policy, seqs, promptLens, [0, 2], 1);
+    seqs.forEach((seq, i) => {
+      for (let t = promptLens[i]!; t < seq.length; t++)
+        expect(Math.abs(fromTrainer[i]![t]! - fromDecoder[i]![t]!)).toBeLessThan(1e-4);
+    });
+    // The logits are the hidden state against each token's own embedding row.
+    const hidden = tf.randomNormal([2, SMALL.dModel], 0, 1, "float32", 3) as tf.Tensor2D;
+    const embed = policy.params.get("embed")!;
+    const expected = tf.matMul(hidden, embed, false, true);
+    const logits = policy.head(hidden);
+    expect(tf.max(tf.abs(tf.sub(logits, expected))).dataSync()[0]).toBeLessThan(1e-6);
+    tf.dispose([hidden, expected, logits]);
+    policy.dispose();
+  });
+
   it("log-probs of a sequence do not depend on what it is batched with", () => {
     const policy = createPolicy(SMALL, 3);
     const alone = policy.logProbs([tokens(17, 9)], 1)[0]!;
@@ -140,8 +163,8 @@ describe("training", () => {
     policy.dispose();
   });
 
-  it("matches finite differences of the loss", () => {
-    const policy = createPolicy({ ...SMALL, dModel: 16, ffnHidden: 24, layers: 2 }, 21);
+  it.each([false, true])("matches finite differences of the loss (tied embeddings: %s)", (tieEmbeddings) => {
+    const policy = createPolicy({ ...SMALL, dModel: 16, ffnHidden: 24, layers: 2, tieEmbeddings }, 21);
     const seqs = [tokens(7, 1), tokens(5, 2)];
     const temperature = 0.8;
     // Weighted sum so the check also covers a non-uniform upstream gradient.
