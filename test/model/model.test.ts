@@ -87,10 +87,11 @@ describe("rollout/trainer agreement", () => {
   });
 
   it.each([
-    [1, 4],
-    [4, 1],
-  ])("agrees with the decoder for %s kv head(s) per 4 query heads", (kvHeads) => {
-    const policy = createPolicy({ ...SMALL, kvHeads }, 12);
+    ["1 kv head per 4 query heads", { kvHeads: 1 }],
+    ["4 kv heads per 4 query heads", { kvHeads: 4 }],
+    ["tied embeddings", { tieEmbeddings: true }],
+  ])("agrees with the decoder with %s", (_, variant) => {
+    const policy = createPolicy({ ...SMALL, ...variant }, 12);
     const seqs = [tokens(18, 5), tokens(11, 6)];
     const promptLens = [4, 2];
     const fromTrainer = policy.logProbs(seqs, 1);
@@ -102,18 +103,10 @@ describe("rollout/trainer agreement", () => {
     policy.dispose();
   });
 
-  it("ties the output head to the embedding table and still agrees with the decoder", () => {
+  it("with tied embeddings, stores no lm_head and takes the logits from the embedding table", () => {
     const policy = createPolicy({ ...SMALL, tieEmbeddings: true }, 13);
     expect([...policy.params.keys()]).not.toContain("lm_head");
     expect([...policy.params.keys()]).toEqual(parameterShapes(policy.config).map((p) => p.name));
-    const seqs = [tokens(16, 7), tokens(10, 8)];
-    const promptLens = [3, 2];
-    const fromTrainer = policy.logProbs(seqs, 1);
-    const fromDecoder = decodeLogProbs(policy, seqs, promptLens, [0, 2], 1);
-    seqs.forEach((seq, i) => {
-      for (let t = promptLens[i]!; t < seq.length; t++)
-        expect(Math.abs(fromTrainer[i]![t]! - fromDecoder[i]![t]!)).toBeLessThan(1e-4);
-    });
     // The logits are the hidden state against each token's own embedding row.
     const hidden = tf.randomNormal([2, SMALL.dModel], 0, 1, "float32", 3) as tf.Tensor2D;
     const embed = policy.params.get("embed")!;
