@@ -9,6 +9,7 @@ import {
   parameterShapes,
   type TransformerPolicy,
 } from "../../shared/model/index.ts";
+import { seededRandom } from "../../shared/rl/random.ts";
 import { SMALL, tokens } from "./support.ts";
 
 beforeAll(async () => {
@@ -218,11 +219,8 @@ describe("training", () => {
     // "1 a1..a8 2 a1..a8" with random a: the second span is predictable only by attending back and copying.
     const policy = createPolicy({ ...SMALL, dModel: 64, ffnHidden: 96 }, 1, { optimizer: { learningRate: 3e-3 } });
     const span = 8;
-    let state = 7;
-    const randomToken = () => {
-      state = (Math.imul(state, 1103515245) + 12345) >>> 0;
-      return 10 + ((state >>> 8) % 64);
-    };
+    const random = seededRandom(7);
+    const randomToken = () => 10 + Math.floor(random() * 64);
     const batch = () =>
       Array.from({ length: 16 }, () => {
         const a = Array.from({ length: span }, randomToken);
