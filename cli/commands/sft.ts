@@ -16,6 +16,7 @@ interface SftCliOptions {
   lr: number;
   lrFinal?: number;
   finalTurnWeight: number;
+  answerVariants: number;
   init?: string;
   out?: string;
   store?: boolean;
@@ -43,6 +44,12 @@ export function register(program: Command): void {
         "loss weight of each trace's last assistant turn (the committed answer) against the other assistant tokens",
         floatOption("--final-turn-weight"),
         1,
+      )
+      .option(
+        "--answer-variants <n>",
+        "extra copies of each trace with its copied answer value resampled (teaches copying, not guessing)",
+        intOption("--answer-variants", 0),
+        0,
       )
       .option("--init <dir>", "continue from the warm-up in this folder (its newest version, weights and tokenizer)")
       .option("--out <dir>", "write policies/v0/ under this folder")
@@ -99,6 +106,7 @@ export function register(program: Command): void {
         learningRate: options.lr,
         finalLearningRate: options.lrFinal,
         finalTurnWeight: options.finalTurnWeight,
+        answerVariants: options.answerVariants,
         init,
         store,
         log,
@@ -113,6 +121,7 @@ export function register(program: Command): void {
           trainTokensPerSecond: Math.round(result.trainTokensPerSecond),
           vocabularyUsed: result.vocabularyUsed,
           traces: result.traces,
+          variants: result.variants,
         })}\n`,
       );
     } finally {

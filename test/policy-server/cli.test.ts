@@ -3,13 +3,14 @@ import { agentrl } from "../support/cli.ts";
 
 describe("agentrl sft / policy serve: bad input is one clear line, never a stack trace", () => {
   it("explains what is wrong and what is allowed", async () => {
-    const [noOut, badTask, badPool, badLr, badInit, badWeight] = await Promise.all([
+    const [noOut, badTask, badPool, badLr, badInit, badWeight, badVariants] = await Promise.all([
       agentrl(["sft", "--steps", "1"]),
       agentrl(["sft", "--tasks", "chess", "--out", "/nonexistent-never-written"]),
       agentrl(["policy", "serve", "--pool", "newest"]),
       agentrl(["sft", "--lr", "-1", "--store"]),
       agentrl(["sft", "--init", "/nonexistent-never-written", "--out", "/nonexistent-never-written-either"]),
       agentrl(["sft", "--final-turn-weight", "heavy", "--store"]),
+      agentrl(["sft", "--answer-variants", "1.5", "--store"]),
     ]);
     expect(noOut.status).toBe(2);
     expect(noOut.stderr).toMatch(/--out\/--store: give exactly one: --out DIR or --store/);
@@ -22,6 +23,9 @@ describe("agentrl sft / policy serve: bad input is one clear line, never a stack
     expect(badInit.stderr).toMatch(/--init: \/nonexistent-never-written holds no checkpoint/);
     expect(badWeight.status).not.toBe(0);
     expect(badWeight.stderr).toMatch(/--final-turn-weight must be a number > 0, got "heavy"/);
-    for (const run of [noOut, badTask, badPool, badLr, badInit, badWeight]) expect(run.stderr).not.toMatch(/\n\s+at /);
+    expect(badVariants.status).not.toBe(0);
+    expect(badVariants.stderr).toMatch(/--answer-variants must be an integer >= 0, got "1.5"/);
+    for (const run of [noOut, badTask, badPool, badLr, badInit, badWeight, badVariants])
+      expect(run.stderr).not.toMatch(/\n\s+at /);
   });
 });

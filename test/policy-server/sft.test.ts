@@ -131,4 +131,25 @@ describe("sft warm-up", () => {
     };
     expect(recipe.finalTurnWeight).toBe(5);
   });
+
+  it("trains on answer-resampled variants beside the traces, and measures the loss on the originals", async () => {
+    const plain = await run("no-variants", 5, { steps: 2 });
+    const varied = await run("variants", 5, { steps: 2, answerVariants: 2 });
+    // The example task's answer is copied from the add tool's output: every trace has variants
+    // (a one-digit sum can be redrawn as itself, leaving fewer).
+    expect(plain.variants).toBe(0);
+    const kept = varied.traces.reduce((sum, t) => sum + t.kept, 0);
+    expect(varied.variants).toBeGreaterThan(kept);
+    expect(varied.variants).toBeLessThanOrEqual(2 * kept);
+    // Trace statistics and the before/after loss sample stay on the original traces.
+    expect(varied.traces).toEqual(plain.traces);
+    expect(varied.lossBefore).toBeCloseTo(plain.lossBefore, 6);
+    // Batches now draw from the variants too.
+    expect(varied.losses).not.toEqual(plain.losses);
+    const recipe = JSON.parse((await new LocalObjectStore(join(dir, "variants")).getText("sft/v0.json")) ?? "{}") as {
+      answerVariants: number;
+      variants: number;
+    };
+    expect(recipe).toMatchObject({ answerVariants: 2, variants: varied.variants });
+  });
 });

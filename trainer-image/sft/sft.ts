@@ -17,6 +17,7 @@ import {
 import type { ChatMessage, ToolSpec } from "../../shared/protocol/openai.ts";
 import { seededRandomFrom } from "../../shared/rl/random.ts";
 import type { ObjectStore } from "../../shared/transport/types.ts";
+import { answerVariant, copiedAnswers } from "./answer-variants.ts";
 
 /**
  * Warm-up by behaviour cloning: expert episodes from the task environments (their scripted
@@ -54,6 +55,13 @@ export interface SftOptions {
    * @default 1
    */
   readonly finalTurnWeight?: number;
+  /**
+   * Extra copies of each trace whose committed answer is copied from the last observation, with
+   * that value resampled in both places (see answer-variants.ts), so the answer can only be copied,
+   * not guessed. The tokenizer and the loss before/after use the original traces only.
+   * @default 0
+   */
+  readonly answerVariants?: number;
   /** Store holding the warm-up to continue from (its newest version); its model shape wins over the config's. */
   readonly init?: ObjectStore;
   /** Store the checkpoint goes to (policies/v{version}/). */
@@ -81,6 +89,8 @@ export interface TraceStats {
 export interface SftResult {
   readonly manifest: CheckpointManifest;
   readonly traces: readonly TraceStats[];
+  /** Answer-resampled variants trained on beside the traces (`answerVariants`). */
+  readonly variants: number;
   readonly losses: readonly number[];
   /** Mean loss per assistant token over a seeded sample of up to 64 traces, before and after training. */
   readonly lossBefore: number;
@@ -148,10 +158,16 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
     ? ChatCodec.fromTokenizerJson(JSON.parse(start.tokenizerJson))
     : ChatCodec.train(traces, model.vocabSize);
   if (start) log.info({ version: start.manifest.version, model }, "continuing from an earlier warm-up");
-  const encoded = traces.map((trace) => ({ trace, ...codec.encodeConversation(trace.messages, trace.tools) }));
+  const variants = answerVariants(traces, options.answerVariants ?? 0, seed);
+  const isOriginal = new Set<ExpertTrace>(traces);
+  if (variants.length > 0) log.info({ variants: variants.length }, "answer-resampled variants added");
+  const encoded = [...traces, ...variants].map((trace) => ({
+    trace,
+    ...codec.encodeConversation(trace.messages, trace.tools),
+  }));
   const fitting = encoded.filter((e) => e.tokens.length <= model.contextLength && e.lossMask.includes(1));
   const traceStats: TraceStats[] = [...stats].map(([task, s]) => {
-    const mine = encoded.filter((e) => e.trace.task === task);
+    const mine = encoded.filter((e) => e.trace.task === task && isOriginal.has(e.trace));
     const lengths = mine.map((e) => e.tokens.length);
     return {
       task,
@@ -182,8 +198,10 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
   try {
     // Loss before/after on a fixed sample: a forward pass over every trace costs minutes at this scale.
     const sampleRandom = seededRandomFrom(seed, "sft-loss-sample");
-    const sample = Array.from({ length: Math.min(LOSS_SAMPLE, sequences.length) }, () =>
-      Math.floor(sampleRandom() * sequences.length),
+    const originals = fitting.flatMap((e, row) => (isOriginal.has(e.trace) ? [row] : []));
+    const sample = Array.from(
+      { length: Math.min(LOSS_SAMPLE, originals.length) },
+      () => originals[Math.floor(sampleRandom() * originals.length)] as number,
     );
     const sampleSequences = sample.map((r) => sequences[r] as Int32Array);
     const sampleMasks = sample.map((r) => masks[r] as Float32Array);
@@ -242,6 +260,8 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
           learningRate: options.learningRate,
           finalLearningRate,
           finalTurnWeight,
+          answerVariants: options.answerVariants ?? 0,
+          variants: variants.length,
           model,
           losses,
           metrics,
@@ -253,6 +273,7 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
     return {
       manifest,
       traces: traceStats,
+      variants: variants.length,
       losses,
       lossBefore,
       lossAfter,
@@ -262,6 +283,23 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
   } finally {
     policy.dispose();
   }
+}
+
+/** `count` answer-resampled copies of each trace that has a copied answer, drawn from `seed`. */
+function answerVariants(traces: readonly ExpertTrace[], count: number, seed: number): ExpertTrace[] {
+  if (count === 0) return [];
+  const random = seededRandomFrom(seed, "answer-variants");
+  const pools = new Map<string, string[]>();
+  for (const trace of traces) {
+    const pool = pools.get(trace.task) ?? [];
+    pool.push(...copiedAnswers(trace.messages).filter((v) => !/^\d+$/.test(v)));
+    pools.set(trace.task, pool);
+  }
+  return traces.flatMap((trace) =>
+    Array.from({ length: count }, () => answerVariant(trace.messages, pools.get(trace.task) ?? [], random))
+      .filter((messages) => messages !== undefined)
+      .map((messages) => ({ ...trace, messages })),
+  );
 }
 
 /**

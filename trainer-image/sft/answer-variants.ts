@@ -1,0 +1,101 @@
+import type { ChatMessage } from "../../shared/protocol/openai.ts";
+
+/**
+ * Answer-resampled copies of expert traces, to teach copying. In an expert episode the committed
+ * answer is copied from the observation just before it (a query result, a command's output), but
+ * a model can also lower its loss by guessing the value from the question, and at this scale it
+ * learns to guess. A variant replaces every answer value that stands on a line of its own in that
+ * observation with a fresh value of the same kind, in the observation and in the answer alike,
+ * so only copying predicts it. Task-agnostic: it reads the final tool call's string and integer arguments.
+ */
+
+/** A fresh stand-in for `value`: same-length digits for an integer, else another task's answer from `pool`. */
+export function resampleValue(value: string, pool: readonly string[], random: () => number): string | undefined {
+  if (/^\d+$/.test(value)) {
+    const digit = () => String(Math.floor(random() * 10));
+    if (value.length === 1) return digit();
+    return String(1 + Math.floor(random() * 9)) + Array.from({ length: value.length - 1 }, digit).join("");
+  }
+  const others = pool.filter((p) => p !== value);
+  return others.length === 0 ? undefined : others[Math.floor(random() * others.length)];
+}
+
+/** The string and integer values among a tool call's JSON arguments (top level and inside arrays), as text. */
+function answerArguments(argumentsJson: string): string[] {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(argumentsJson);
+  } catch {
+    return [];
+  }
+  if (typeof parsed !== "object" || parsed === null) return [];
+  const text = (v: unknown): string[] =>
+    typeof v === "string" ? [v] : Number.isSafeInteger(v) && (v as number) >= 0 ? [String(v)] : [];
+  return Object.values(parsed).flatMap((v) => (Array.isArray(v) ? v.flatMap(text) : text(v)));
+}
+
+/** `args` with the JSON literal of `value` (a string, or an integer written bare) replaced by `fresh`. */
+function replaceArgument(args: string, value: string, fresh: string): string {
+  const quoted = args.split(JSON.stringify(value)).join(JSON.stringify(fresh));
+  if (!/^\d+$/.test(value)) return quoted;
+  return quoted.replace(new RegExp(`(?<![\\w."])${value}(?![\\w."])`, "g"), fresh);
+}
+
+/**
+ * The committed answer values of a trace that can be resampled: string and integer arguments of
+ * the last assistant turn's tool calls that appear as a whole (trimmed) line of the tool response before it.
+ */
+export function copiedAnswers(messages: readonly ChatMessage[]): string[] {
+  const last = messages.map((m) => m.role).lastIndexOf("assistant");
+  const answer = messages[last];
+  const observation = messages.slice(0, Math.max(0, last)).findLast((m) => m.role === "tool");
+  if (answer?.role !== "assistant" || !observation) return [];
+  const lines = new Set(observation.content.split("\n").map((l) => l.trim()));
+  const values = (answer.tool_calls ?? []).flatMap((c) => answerArguments(c.function.arguments));
+  return [...new Set(values.filter((v) => v.length > 0 && lines.has(v)))];
+}
+
+/**
+ * One variant of `messages` with its copied answers resampled (see the module comment), or
+ * undefined when it has none. The observation and the answer are rewritten; nothing else is.
+ */
+export function answerVariant(
+  messages: readonly ChatMessage[],
+  pool: readonly string[],
+  random: () => number,
+): ChatMessage[] | undefined {
+  const values = copiedAnswers(messages);
+  const replacement = new Map<string, string>();
+  for (const value of values) {
+    const fresh = resampleValue(value, pool, random);
+    if (fresh !== undefined && fresh !== value) replacement.set(value, fresh);
+  }
+  if (replacement.size === 0) return undefined;
+  const last = messages.map((m) => m.role).lastIndexOf("assistant");
+  const observation = messages
+    .slice(0, last)
+    .map((m) => m.role)
+    .lastIndexOf("tool");
+  return messages.map((message, i): ChatMessage => {
+    if (i === observation && message.role === "tool") {
+      const content = message.content
+        .split("\n")
+        .map((line) => {
+          const fresh = replacement.get(line.trim());
+          return fresh === undefined ? line : line.replace(line.trim(), () => fresh);
+        })
+        .join("\n");
+      return { ...message, content };
+    }
+    if (i === last && message.role === "assistant") {
+      const tool_calls = message.tool_calls?.map((call) => {
+        let args = call.function.arguments;
+        // Rewrite the literals in place, so the argument text keeps the expert's exact formatting.
+        for (const [value, fresh] of replacement) args = replaceArgument(args, value, fresh);
+        return { ...call, function: { ...call.function, arguments: args } };
+      });
+      return { ...message, tool_calls };
+    }
+    return message;
+  });
+}
