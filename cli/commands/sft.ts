@@ -17,6 +17,7 @@ interface SftCliOptions {
   lrFinal?: number;
   finalTurnWeight: number;
   answerVariants: number;
+  answerCrops: number;
   init?: string;
   out?: string;
   store?: boolean;
@@ -49,6 +50,12 @@ export function register(program: Command): void {
         "--answer-variants <n>",
         "extra copies of each trace with its copied answer value resampled (teaches copying, not guessing)",
         intOption("--answer-variants", 0),
+        0,
+      )
+      .option(
+        "--answer-crops <n>",
+        "extra sequences per step: the last 128 tokens of a trace with a copied answer, loss on the answer only",
+        intOption("--answer-crops", 0),
         0,
       )
       .option("--init <dir>", "continue from the warm-up in this folder (its newest version, weights and tokenizer)")
@@ -107,6 +114,7 @@ export function register(program: Command): void {
         finalLearningRate: options.lrFinal,
         finalTurnWeight: options.finalTurnWeight,
         answerVariants: options.answerVariants,
+        answerCrops: options.answerCrops,
         init,
         store,
         log,

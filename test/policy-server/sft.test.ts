@@ -9,6 +9,7 @@ import { initBackend } from "../../shared/model/index.ts";
 import { LocalObjectStore } from "../../shared/transport/local.ts";
 import {
   collectExpertTraces,
+  finalTurnOnly,
   runSft,
   type SftOptions,
   type SftResult,
@@ -119,6 +120,7 @@ describe("sft warm-up", () => {
     expect([...weightFinalTurn(mask, 4)]).toEqual([0, 1, 1, 0, 0, 1, 0, 4, 4, 4, 0]);
     expect([...weightFinalTurn(mask, 1)]).toEqual([...mask]);
     expect([...weightFinalTurn(Float32Array.from([0, 0]), 3)]).toEqual([0, 0]);
+    expect([...finalTurnOnly(mask)]).toEqual([0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 0]);
 
     const plain = await run("plain", 5, { steps: 2 });
     const weighted = await run("weighted", 5, { steps: 2, finalTurnWeight: 5 });
@@ -151,5 +153,17 @@ describe("sft warm-up", () => {
       variants: number;
     };
     expect(recipe).toMatchObject({ answerVariants: 2, variants: varied.variants });
+  });
+
+  it("adds answer crops to each step, and records how many", async () => {
+    const plain = await run("no-crops", 5, { steps: 2 });
+    const cropped = await run("crops", 5, { steps: 2, answerCrops: 4 });
+    // Same traces and loss sample, another batch: the crops' answer-turn loss joins the step's mean.
+    expect(cropped.lossBefore).toBeCloseTo(plain.lossBefore, 6);
+    expect(cropped.losses[0]).not.toBeCloseTo(plain.losses[0] as number, 4);
+    const recipe = JSON.parse((await new LocalObjectStore(join(dir, "crops")).getText("sft/v0.json")) ?? "{}") as {
+      answerCrops: number;
+    };
+    expect(recipe.answerCrops).toBe(4);
   });
 });

@@ -30,6 +30,8 @@ import { answerVariant, copiedAnswers } from "./answer-variants.ts";
 
 /** Traces (drawn from the seed) the loss before and after training is measured on. */
 const LOSS_SAMPLE = 64;
+/** Length of an answer crop (`answerCrops`): enough for the last observation and the answer turn. */
+const CROP_TOKENS = 128;
 
 export class SftError extends AgentRlError {
   override readonly name = "SftError";
@@ -62,6 +64,12 @@ export interface SftOptions {
    * @default 0
    */
   readonly answerVariants?: number;
+  /**
+   * Extra short sequences per step, each the last 128 tokens of a trace (or variant) with a
+   * copied answer, with the loss on the answer turn only: many copy examples per step for little
+   * compute, where a whole trace holds one. @default 0
+   */
+  readonly answerCrops?: number;
   /** Store holding the warm-up to continue from (its newest version); its model shape wins over the config's. */
   readonly init?: ObjectStore;
   /** Store the checkpoint goes to (policies/v{version}/). */
@@ -193,6 +201,18 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
   const masks = fitting.map((e) => Float32Array.from(e.lossMask));
   const finalTurnWeight = options.finalTurnWeight ?? 1;
   const trainWeights = masks.map((m) => weightFinalTurn(m, finalTurnWeight));
+  const crops = fitting.flatMap((e, row) => {
+    if (copiedAnswers(e.trace.messages).length === 0) return [];
+    const from = Math.max(0, e.tokens.length - CROP_TOKENS);
+    return [
+      {
+        row,
+        tokens: Int32Array.from(e.tokens.slice(from)),
+        weights: finalTurnOnly(masks[row] as Float32Array).slice(from),
+      },
+    ];
+  });
+  const answerCrops = crops.length === 0 ? 0 : (options.answerCrops ?? 0);
   const policy: TransformerPolicy = start?.policy ?? createPolicy(model, seed, { optimizer });
   const finalLearningRate = options.finalLearningRate ?? options.learningRate;
   try {
@@ -216,8 +236,10 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
       const rows = Array.from({ length: Math.min(options.batchSize, sequences.length) }, () =>
         Math.floor(random() * sequences.length),
       );
-      const batch = rows.map((r) => sequences[r] as Int32Array);
-      const batchWeights = rows.map((r) => trainWeights[r] as Float32Array);
+      // Crops go last: micro-batches are consecutive, so the short ones are not padded to a full trace.
+      const cropRows = Array.from({ length: answerCrops }, () => crops[Math.floor(random() * crops.length)]!);
+      const batch = [...rows.map((r) => sequences[r] as Int32Array), ...cropRows.map((c) => c.tokens)];
+      const batchWeights = [...rows.map((r) => trainWeights[r] as Float32Array), ...cropRows.map((c) => c.weights)];
       const totalWeight = batchWeights.reduce((sum, m) => sum + m.reduce((a, b) => a + b, 0), 0);
       const { loss } = policy.trainStep(batch, 1, (logp, microRows) =>
         negativeLogLikelihood(logp, microRows, batchWeights, totalWeight),
@@ -261,6 +283,7 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
           finalLearningRate,
           finalTurnWeight,
           answerVariants: options.answerVariants ?? 0,
+          answerCrops,
           variants: variants.length,
           model,
           losses,
@@ -307,11 +330,16 @@ function answerVariants(traces: readonly ExpertTrace[], count: number, seed: num
  * tokens — the final turn — multiplied by `weight`.
  */
 export function weightFinalTurn(mask: Float32Array, weight: number): Float32Array {
-  const weights = Float32Array.from(mask);
-  if (weight === 1) return weights;
-  let t = weights.length - 1;
-  while (t >= 0 && weights[t] === 0) t--;
-  for (; t >= 0 && weights[t] !== 0; t--) weights[t] = (weights[t] as number) * weight;
+  const final = finalTurnOnly(mask);
+  return mask.map((m, t) => m + (weight - 1) * (final[t] as number));
+}
+
+/** The loss mask's last run of assistant tokens (the final turn), zero elsewhere. */
+export function finalTurnOnly(mask: Float32Array): Float32Array {
+  const weights = new Float32Array(mask.length);
+  let t = mask.length - 1;
+  while (t >= 0 && mask[t] === 0) t--;
+  for (; t >= 0 && mask[t] !== 0; t--) weights[t] = mask[t] as number;
   return weights;
 }
 
