@@ -9,9 +9,21 @@ import type { ChatMessage } from "../../shared/protocol/openai.ts";
  * so only copying predicts it. Task-agnostic: it reads the final tool call's string and integer arguments.
  */
 
+/** Whether an answer value is a non-negative integer (resampled as digits, not drawn from the task's answers). */
+export function isIntegerText(value: string): boolean {
+  return /^\d+$/.test(value);
+}
+
+/** Indices of the last assistant turn (the answer) and of the tool response before it (-1 when absent). */
+function answerTurn(messages: readonly ChatMessage[]): { answer: number; observation: number } {
+  const roles = messages.map((m) => m.role);
+  const answer = roles.lastIndexOf("assistant");
+  return { answer, observation: answer < 0 ? -1 : roles.slice(0, answer).lastIndexOf("tool") };
+}
+
 /** A fresh stand-in for `value`: same-length digits for an integer, else another task's answer from `pool`. */
 export function resampleValue(value: string, pool: readonly string[], random: () => number): string | undefined {
-  if (/^\d+$/.test(value)) {
+  if (isIntegerText(value)) {
     const digit = () => String(Math.floor(random() * 10));
     if (value.length === 1) return digit();
     return String(1 + Math.floor(random() * 9)) + Array.from({ length: value.length - 1 }, digit).join("");
@@ -37,7 +49,7 @@ function answerArguments(argumentsJson: string): string[] {
 /** `args` with the JSON literal of `value` (a string, or an integer written bare) replaced by `fresh`. */
 function replaceArgument(args: string, value: string, fresh: string): string {
   const quoted = args.split(JSON.stringify(value)).join(JSON.stringify(fresh));
-  if (!/^\d+$/.test(value)) return quoted;
+  if (!isIntegerText(value)) return quoted;
   return quoted.replace(new RegExp(`(?<![\\w."])${value}(?![\\w."])`, "g"), fresh);
 }
 
@@ -46,10 +58,10 @@ function replaceArgument(args: string, value: string, fresh: string): string {
  * the last assistant turn's tool calls that appear as a whole (trimmed) line of the tool response before it.
  */
 export function copiedAnswers(messages: readonly ChatMessage[]): string[] {
-  const last = messages.map((m) => m.role).lastIndexOf("assistant");
-  const answer = messages[last];
-  const observation = messages.slice(0, Math.max(0, last)).findLast((m) => m.role === "tool");
-  if (answer?.role !== "assistant" || !observation) return [];
+  const turn = answerTurn(messages);
+  const answer = messages[turn.answer];
+  const observation = messages[turn.observation];
+  if (answer?.role !== "assistant" || observation?.role !== "tool") return [];
   const lines = new Set(observation.content.split("\n").map((l) => l.trim()));
   const values = (answer.tool_calls ?? []).flatMap((c) => answerArguments(c.function.arguments));
   return [...new Set(values.filter((v) => v.length > 0 && lines.has(v)))];
@@ -71,11 +83,7 @@ export function answerVariant(
     if (fresh !== undefined && fresh !== value) replacement.set(value, fresh);
   }
   if (replacement.size === 0) return undefined;
-  const last = messages.map((m) => m.role).lastIndexOf("assistant");
-  const observation = messages
-    .slice(0, last)
-    .map((m) => m.role)
-    .lastIndexOf("tool");
+  const { answer: last, observation } = answerTurn(messages);
   return messages.map((message, i): ChatMessage => {
     if (i === observation && message.role === "tool") {
       const content = message.content

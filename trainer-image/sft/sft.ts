@@ -17,7 +17,7 @@ import {
 import type { ChatMessage, ToolSpec } from "../../shared/protocol/openai.ts";
 import { seededRandomFrom } from "../../shared/rl/random.ts";
 import type { ObjectStore } from "../../shared/transport/types.ts";
-import { answerVariant, copiedAnswers } from "./answer-variants.ts";
+import { answerVariant, copiedAnswers, isIntegerText } from "./answer-variants.ts";
 
 /**
  * Warm-up by behaviour cloning: expert episodes from the task environments (their scripted
@@ -206,7 +206,6 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
     const from = Math.max(0, e.tokens.length - CROP_TOKENS);
     return [
       {
-        row,
         tokens: Int32Array.from(e.tokens.slice(from)),
         weights: finalTurnOnly(masks[row] as Float32Array).slice(from),
       },
@@ -315,7 +314,7 @@ function answerVariants(traces: readonly ExpertTrace[], count: number, seed: num
   const pools = new Map<string, string[]>();
   for (const trace of traces) {
     const pool = pools.get(trace.task) ?? [];
-    pool.push(...copiedAnswers(trace.messages).filter((v) => !/^\d+$/.test(v)));
+    pool.push(...copiedAnswers(trace.messages).filter((v) => !isIntegerText(v)));
     pools.set(trace.task, pool);
   }
   return traces.flatMap((trace) =>
