@@ -12,6 +12,14 @@ export const TrainerConfig = z
     gradClip: z.number().positive().default(1).describe("global gradient-norm clip"),
     estimator: z.enum(["grpo", "rloo", "reinforce++"]).default("grpo").describe("advantage estimator"),
     taskAdvantageNorm: z.boolean().default(true).describe("second, per-task advantage normalization"),
+    /**
+     * DAPO's dynamic-sampling filter: a group whose members all got the same reward has zero
+     * advantage under a group baseline, so it is left out of the step entirely (no forward or
+     * backward pass, not in the token-mean or in task normalization). The step then averages over
+     * the groups that carry signal, and the trainer spends its time on them. Still consumed and
+     * counted (`rollout/groups_uniform`). Needs a group baseline (grpo or rloo).
+     */
+    skipUniformGroups: z.boolean().default(false).describe("leave groups with one reward for all out of the step"),
     clipLow: z.number().min(0).max(1).default(0.2).describe("PPO clip below 1"),
     clipHigh: z.number().min(0).default(0.2).describe("PPO clip above 1"),
     dualClip: z.number().gt(1).default(3).describe("dual-clip constant c for negative advantages"),
@@ -42,5 +50,12 @@ export const TrainerConfig = z
   .strict()
   .superRefine((t, ctx) => {
     if (t.clipLow >= 1) ctx.addIssue({ code: "custom", path: ["clipLow"], message: "must be below 1" });
+    if (t.skipUniformGroups && t.estimator === "reinforce++")
+      ctx.addIssue({
+        code: "custom",
+        path: ["skipUniformGroups"],
+        message:
+          "needs a group baseline (estimator grpo or rloo): under reinforce++ a uniform group still has an advantage",
+      });
   });
 export type TrainerConfig = z.infer<typeof TrainerConfig>;

@@ -130,6 +130,23 @@ export function reinforcePlusPlusAdvantages(
   return rewards.map((r) => (r - m) / (s + eps));
 }
 
+/**
+ * Groups whose members all got the same reward: under a group baseline (GRPO, RLOO) every member's
+ * advantage is 0, so they carry no policy-gradient signal.
+ * @example uniformGroups([1, 1, 0, 1], ["a", "a", "b", "b"]) // Set {"a"}
+ */
+export function uniformGroups(rewards: readonly number[], groupIds: readonly string[]): Set<string> {
+  checkSameLength(rewards, groupIds, "uniformGroups");
+  const first = new Map<string, number>();
+  const mixed = new Set<string>();
+  groupIds.forEach((g, i) => {
+    const r = rewards[i] as number;
+    if (!first.has(g)) first.set(g, r);
+    else if (first.get(g) !== r) mixed.add(g);
+  });
+  return new Set([...first.keys()].filter((g) => !mixed.has(g)));
+}
+
 /** Inputs of {@link computeAdvantages}. */
 export interface AdvantageInputs {
   readonly rewards: readonly number[];

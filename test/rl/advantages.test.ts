@@ -8,6 +8,7 @@ import {
   reinforcePlusPlusAdvantages,
   rlooAdvantages,
   std,
+  uniformGroups,
 } from "../../shared/rl/index.ts";
 
 describe("GRPO advantages", () => {
@@ -73,6 +74,27 @@ describe("RLOO advantages", () => {
     const a = rlooAdvantages([0.3, 0.9, -0.2, 0.4, 7], ["a", "a", "a", "a", "solo"]);
     expect(Math.abs(mean(a.slice(0, 4)))).toBeLessThan(1e-12);
     expect(a[4]).toBe(0);
+  });
+});
+
+describe("uniform groups (DAPO's dynamic-sampling filter)", () => {
+  it("finds the groups whose members all got one reward, whose GRPO and RLOO advantages are all 0", () => {
+    const rewards = [1, 1, 0, 1, -0.2, -0.2, 0.5];
+    const groups = ["a", "a", "b", "b", "c", "c", "solo"];
+    const uniform = uniformGroups(rewards, groups);
+    expect([...uniform].sort()).toEqual(["a", "c", "solo"]);
+    const grpo = grpoAdvantages(rewards, groups);
+    const rloo = rlooAdvantages(rewards, groups);
+    groups.forEach((g, i) => {
+      if (!uniform.has(g)) return;
+      expect(grpo[i]).toBe(0);
+      expect(rloo[i]).toBe(0);
+    });
+    expect(grpo[2]).not.toBe(0);
+  });
+
+  it("rejects misaligned inputs", () => {
+    expect(() => uniformGroups([1], ["a", "b"])).toThrow(/lengths differ/);
   });
 });
 

@@ -123,6 +123,27 @@ describe("prepareBatch: staleness and advantages", () => {
     expect(fresh.oldLogp).toEqual(batch.rows[1]!.oldLogp);
   });
 
+  it("skipUniformGroups leaves groups with one reward out of rows, token-mean and task normalization", () => {
+    const mixed = [t("m", 0, 1, 0), t("m", 1, 0, 0)];
+    const allFailed = [t("u", 0, 0, 0), t("u", 1, 0, 0)];
+    const config = { ...trainerConfig, skipUniformGroups: true };
+    const batch = prepareBatch([...allFailed, ...mixed], 0, config, 1_000);
+    expect(batch.rows.map((r) => r.trajectory)).toEqual([2, 3]);
+    expect(batch.tokens).toBe(12);
+    expect(batch.metrics["rollout/groups_uniform"]).toBe(1);
+    expect(batch.metrics["rollout/trajectories_skipped"]).toBe(2);
+    // exactly the step the mixed group alone would make, task normalization included
+    const alone = prepareBatch(mixed, 0, config, 1_000);
+    expect(batch.rows.map((r) => r.advantages)).toEqual(alone.rows.map((r) => r.advantages));
+    // without the switch the uniform group's zero advantages are trained and pull the task's mean
+    const kept = prepareBatch([...allFailed, ...mixed], 0, trainerConfig, 1_000);
+    expect(kept.rows).toHaveLength(4);
+    expect(kept.tokens).toBe(24);
+    expect(kept.metrics["rollout/groups_uniform"]).toBe(1);
+    expect(kept.metrics["rollout/trajectories_skipped"]).toBe(0);
+    expect(kept.rows[2]?.advantages).not.toEqual(alone.rows[0]?.advantages);
+  });
+
   it("cuts sequences to the context and never trains position 0", () => {
     const long = t("g", 0, 1, 0);
     const batch = prepareBatch([long, t("g", 1, 0, 0)], 0, trainerConfig, 10);

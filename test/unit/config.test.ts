@@ -63,6 +63,16 @@ describe("experiment config", () => {
     });
   });
 
+  it("skipUniformGroups needs a group baseline", () => {
+    const issues = issuesOf(() => parseConfig({ trainer: { skipUniformGroups: true, estimator: "reinforce++" } }));
+    expect(issues).toHaveLength(1);
+    expect(issues[0]?.path).toBe("trainer.skipUniformGroups");
+    expect(issues[0]?.message).toMatch(/grpo or rloo/);
+    expect(parseConfig({ trainer: { skipUniformGroups: true, estimator: "rloo" } }).trainer.skipUniformGroups).toBe(
+      true,
+    );
+  });
+
   it("rejects a task listed twice in the mix", () => {
     const issues = issuesOf(() => parseConfig({ tasks: { mix: [{ name: "db" }, { name: "db" }] } }));
     expect(issues[0]?.path).toBe("tasks.mix[1].name");

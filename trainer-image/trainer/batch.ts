@@ -1,10 +1,10 @@
 import type { TrainerConfig } from "../../shared/config/trainer.ts";
 import type { Trajectory } from "../../shared/protocol/messages.ts";
-import { broadcastToTokens, computeAdvantages, normalizeByTask } from "../../shared/rl/advantages.ts";
+import { broadcastToTokens, computeAdvantages, normalizeByTask, uniformGroups } from "../../shared/rl/advantages.ts";
 
 /**
  * Turns a step's trajectories into the arrays the loss needs, top to bottom:
- * staleness per token -> advantages (estimator over every trajectory, so a group keeps its
+ * groups left out (`skipUniformGroups`) -> staleness per token -> advantages (estimator over every trajectory, so a group keeps its
  * baseline even when some members' tokens were dropped) -> broadcast to trained tokens -> task
  * advantage normalization. Pure: no model, no I/O.
  */
@@ -51,7 +51,13 @@ export function prepareBatch(
   currentVersion: number,
   trainer: Pick<
     TrainerConfig,
-    "estimator" | "taskAdvantageNorm" | "advantageEps" | "maxStaleness" | "stalePolicy" | "staleBoundApplies"
+    | "estimator"
+    | "taskAdvantageNorm"
+    | "advantageEps"
+    | "maxStaleness"
+    | "stalePolicy"
+    | "staleBoundApplies"
+    | "skipUniformGroups"
   >,
   maxLength: number,
 ): PreparedBatch {
@@ -64,6 +70,12 @@ export function prepareBatch(
     /** Largest staleness among trained tokens the bound covers (≤ maxStaleness in drop mode). */
     "rollout/staleness_max_bounded": 0,
   };
+  const uniform = uniformGroups(
+    trajectories.map((t) => t.reward),
+    trajectories.map((t) => t.groupId),
+  );
+  metrics["rollout/groups_uniform"] = uniform.size;
+  metrics["rollout/trajectories_skipped"] = 0;
   const masks: number[][] = [];
   const pastBound: number[][] = [];
   const freshMasks: number[][] = [];
@@ -75,6 +87,13 @@ export function prepareBatch(
     const mask = new Array<number>(length).fill(0);
     const flagged = new Array<number>(length).fill(0);
     const fresh = new Array<number>(length).fill(0);
+    masks.push(mask);
+    pastBound.push(flagged);
+    freshMasks.push(fresh);
+    if (trainer.skipUniformGroups && uniform.has(t.groupId)) {
+      metrics["rollout/trajectories_skipped"]! += 1;
+      continue; // an all-zero mask: no row, no tokens in the means
+    }
     let hadTokens = false;
     let kept = 0;
     for (let i = 0; i < length; i++) {
@@ -101,9 +120,6 @@ export function prepareBatch(
       metrics[`staleness/${staleness}`] = (metrics[`staleness/${staleness}`] ?? 0) + 1;
     }
     if (hadTokens && kept === 0) metrics["rollout/stale_dropped_trajectories"]! += 1;
-    masks.push(mask);
-    pastBound.push(flagged);
-    freshMasks.push(fresh);
   }
   metrics["rollout/staleness_mean"] = generated ? stalenessSum / generated : 0;
 
