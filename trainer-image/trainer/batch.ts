@@ -4,9 +4,9 @@ import { broadcastToTokens, computeAdvantages, normalizeByTask, uniformGroups } 
 
 /**
  * Turns a step's trajectories into the arrays the loss needs, top to bottom:
- * groups left out (`skipUniformGroups`) -> staleness per token -> advantages (estimator over every trajectory, so a group keeps its
- * baseline even when some members' tokens were dropped) -> broadcast to trained tokens -> task
- * advantage normalization. Pure: no model, no I/O.
+ * groups left out (`skipUniformGroups`) -> staleness per token -> advantages (estimator over
+ * every trajectory, so a group keeps its baseline even when some members' tokens were dropped)
+ * -> broadcast to trained tokens -> task advantage normalization. Pure: no model, no I/O.
  */
 
 /** A trajectory's row in the step: token arrays cut to the model's context. */
