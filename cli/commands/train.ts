@@ -6,7 +6,7 @@ import { ValidationError } from "../../shared/errors.ts";
 import { BASE_CHECKPOINT_DIR, runPipeline } from "../launch/pipeline.ts";
 import { createProgressView } from "../launch/progress.ts";
 import { configFromOptions, withConfigOptions } from "../options.ts";
-import { evalTableMarkdown, samplingTableMarkdown } from "../report/report.ts";
+import { evalComparisonMarkdown, samplingTableMarkdown } from "../report/report.ts";
 import { intOption } from "./controller.ts";
 
 /** Config of `npm start`: a short multi-task run sized for 2 CPU cores. */
@@ -86,7 +86,7 @@ async function train(options: TrainOptions): Promise<void> {
       "",
       `Test success (%), ${instances} held-out instances per task, ${how}:`,
       "",
-      evalTableMarkdown(result.evals),
+      evalComparisonMarkdown(result.evals),
     );
     for (const report of result.evals) {
       const sampling = samplingTableMarkdown(report);

@@ -9,7 +9,7 @@ import type { EvalReport, StepMetrics } from "../../shared/protocol/metrics.ts";
 import { createTransport } from "../../shared/transport/index.ts";
 import { LocalObjectStore } from "../../shared/transport/local.ts";
 import type { ObjectStore } from "../../shared/transport/types.ts";
-import { evalTableMarkdown, readMetrics, writeRunReport } from "../report/report.ts";
+import { evalComparisonMarkdown, readMetrics, writeRunReport } from "../report/report.ts";
 import { evalTasks, runEval, samplingSuffix } from "./eval.ts";
 import { startPolicyServer } from "./policy.ts";
 import type { ProgressView } from "./progress.ts";
@@ -173,7 +173,7 @@ export async function runPipeline(options: PipelineOptions): Promise<PipelineRes
         : `aws (${config.transport.endpoint ?? "AWS"})`,
     ],
   ]);
-  if (evals.length > 0) writeFileSync(join(runDir, "eval.md"), `${evalTableMarkdown(evals)}\n`);
+  if (evals.length > 0) writeFileSync(join(runDir, "eval.md"), `${evalComparisonMarkdown(evals)}\n`);
   return { runDir, reportFile, steps: records.length, newestVersion: newest, evals, interrupted };
 }
 

@@ -211,6 +211,9 @@ export function summarize(
     createdAt: new Date().toISOString(),
     tasks: rows,
     averageSuccess: rows.length ? rows.reduce((s, r) => s + r.success, 0) / rows.length : 0,
+    outcomes: [...outcomes]
+      .sort((a, b) => a.task.localeCompare(b.task) || a.index - b.index || a.sample - b.sample)
+      .map((o) => ({ task: o.task, index: o.index, sample: o.sample, status: o.status, success: episodeSuccess(o) })),
   };
 }
 

@@ -41,5 +41,20 @@ export const EvalReport = z.object({
   ),
   /** Unweighted mean of the per-task success rates (as the reference's "avg" column). */
   averageSuccess: z.number().min(0).max(1),
+  /**
+   * Every episode's outcome, ordered by task, instance and sample: two reports on the same
+   * instances can then be compared pair by pair (reports written before it have none).
+   */
+  outcomes: z
+    .array(
+      z.object({
+        task: z.string(),
+        index: z.number().int().nonnegative(),
+        sample: z.number().int().nonnegative(),
+        status: z.string(),
+        success: z.number().min(0).max(1),
+      }),
+    )
+    .optional(),
 });
 export type EvalReport = z.infer<typeof EvalReport>;

@@ -198,5 +198,11 @@ describe("evaluate", () => {
     expect(report.tasks[0]).toMatchObject({ task: "webshop", success: 0.25, meanReward: 0.7, meanTurns: 11.5 });
     expect(report.tasks[1]).toMatchObject({ task: "db", success: 1 });
     expect(report.averageSuccess).toBeCloseTo(0.625, 12);
+    // Every episode is kept, ordered by task and instance, scored as the table scores it.
+    expect(report.outcomes).toEqual([
+      { task: "db", index: 3, sample: 0, status: "completed", success: 1 },
+      { task: "webshop", index: 1, sample: 0, status: "completed", success: 0.5 },
+      { task: "webshop", index: 2, sample: 0, status: "task limit reached", success: 0 },
+    ]);
   });
 });

@@ -3,8 +3,10 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { samplingSuffix } from "../../cli/launch/eval.ts";
 import {
+  evalComparisonMarkdown,
   evalReportMarkdown,
   evalTableMarkdown,
+  pairedDifference,
   readMetrics,
   renderReport,
   stalenessHistogram,
@@ -80,6 +82,66 @@ describe("run report", () => {
       "| db | 10 | 8 | 10.0 | 50.0 | 25.0 |",
       "| kg | 10 | 8 | 30.0 | 50.0 | 25.0 |",
     ]);
+  });
+
+  describe("paired comparison", () => {
+    type Outcomes = NonNullable<EvalReport["outcomes"]>;
+    const outcomes = (rows: Array<[string, number, number[]]>): Outcomes =>
+      rows.flatMap(([task, index, successes]) =>
+        successes.map((success, sample) => ({ task, index, sample, status: "completed", success })),
+      );
+    const base = {
+      ...evalReport("v0 (base)", 0.25, 0.25),
+      outcomes: outcomes([
+        ["db", 1, [0]],
+        ["db", 2, [1]],
+        ["db", 3, [0]],
+        ["db", 4, [0]],
+        ["kg", 1, [1, 0]],
+        ["kg", 2, [0, 0]],
+        ["kg", 3, [1, 1]], // not evaluated under the newer policy: left out of the pairs
+      ]),
+    };
+    const newer = {
+      ...evalReport("v9", 0.75, 0.75),
+      outcomes: outcomes([
+        ["db", 1, [1]],
+        ["db", 2, [1]],
+        ["db", 3, [1]],
+        ["db", 4, [0]],
+        ["kg", 1, [1, 1]],
+        ["kg", 2, [0, 1]],
+      ]),
+    };
+
+    it("differences instance by instance, samples averaged first, with a 95% interval", () => {
+      const [db, kg, avg] = pairedDifference(base, newer) ?? [];
+      // db: differences 1, 0, 1, 0 -> mean 0.5, sample variance 1/3, se sqrt(1/12).
+      expect(db).toMatchObject({ task: "db", instances: 4, better: 2, worse: 0 });
+      expect(db?.difference).toBeCloseTo(0.5, 12);
+      expect(db?.halfWidth).toBeCloseTo(1.96 * Math.sqrt(1 / 12), 12);
+      // kg: 0.5 -> 1 and 0 -> 0.5, both +0.5: no spread.
+      expect(kg).toMatchObject({ task: "kg", instances: 2, difference: 0.5, halfWidth: 0, better: 2, worse: 0 });
+      // The unweighted task average: variances of the task means add, over T^2.
+      expect(avg).toMatchObject({ task: "avg", instances: 6, difference: 0.5, better: 4, worse: 0 });
+      expect(avg?.halfWidth).toBeCloseTo((1.96 * Math.sqrt(1 / 12)) / 2, 12);
+      expect(pairedDifference(newer, base)?.[0]).toMatchObject({ difference: -0.5, better: 0, worse: 2 });
+    });
+
+    it("is absent for reports without outcomes, and the table follows the success table", () => {
+      expect(pairedDifference(evalReport("v0", 0.1, 0.1), newer)).toBeUndefined();
+      const plain = [evalReport("v0 (base)", 0.1, 0.3), evalReport("v5", 0.4, 0.6)];
+      expect(evalComparisonMarkdown(plain)).toBe(evalTableMarkdown(plain));
+      const lines = evalComparisonMarkdown([base, newer]).split("\n");
+      expect(lines.slice(0, 4)).toEqual(evalTableMarkdown([base, newer]).split("\n"));
+      expect(lines.slice(5)).toEqual([
+        "| v9 − v0 (base) | instances | difference | 95% interval | better / worse |",
+        "|---|---|---|---|---|",
+        "| db | 4 | +50.0 | −6.6 to +106.6 | 2 / 0 |",
+        "| kg | 2 | +50.0 | +50.0 to +50.0 | 2 / 0 |",
+        "| avg | 6 | +50.0 | +21.7 to +78.3 | 4 / 0 |",
+      ]);
+    });
   });
 
   it("renders charts per task, the staleness histogram and escapes text", () => {
