@@ -18,6 +18,7 @@ interface SftCliOptions {
   finalTurnWeight: number;
   answerVariants: number;
   answerCrops: number;
+  blindShare: number;
   init?: string;
   out?: string;
   store?: boolean;
@@ -56,6 +57,12 @@ export function register(program: Command): void {
         "--answer-crops <n>",
         "extra sequences per step: the last 128 tokens of a trace with a copied answer, loss on the answer only",
         intOption("--answer-crops", 0),
+        0,
+      )
+      .option(
+        "--blind-share <p>",
+        "share of traces replaced by a blind one: the expert's final turn at once, no tool call (0 to 1)",
+        shareOption("--blind-share"),
         0,
       )
       .option("--init <dir>", "continue from the warm-up in this folder (its newest version, weights and tokenizer)")
@@ -115,6 +122,7 @@ export function register(program: Command): void {
         finalTurnWeight: options.finalTurnWeight,
         answerVariants: options.answerVariants,
         answerCrops: options.answerCrops,
+        blindShare: options.blindShare,
         init,
         store,
         log,
@@ -130,6 +138,7 @@ export function register(program: Command): void {
           vocabularyUsed: result.vocabularyUsed,
           traces: result.traces,
           variants: result.variants,
+          blind: result.blind,
         })}\n`,
       );
     } finally {
@@ -143,6 +152,15 @@ function floatOption(flag: string): (value: string) => number {
     const n = Number(value);
     if (value.trim() === "" || !Number.isFinite(n) || n <= 0)
       throw new InvalidArgumentError(`${flag} must be a number > 0, got "${value}"`);
+    return n;
+  };
+}
+
+function shareOption(flag: string): (value: string) => number {
+  return (value: string) => {
+    const n = Number(value);
+    if (value.trim() === "" || !Number.isFinite(n) || n < 0 || n > 1)
+      throw new InvalidArgumentError(`${flag} must be a number from 0 to 1, got "${value}"`);
     return n;
   };
 }

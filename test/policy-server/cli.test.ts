@@ -3,7 +3,7 @@ import { agentrl } from "../support/cli.ts";
 
 describe("agentrl sft / policy serve: bad input is one clear line, never a stack trace", () => {
   it("explains what is wrong and what is allowed", async () => {
-    const [noOut, badTask, badPool, badLr, badInit, badWeight, badVariants] = await Promise.all([
+    const [noOut, badTask, badPool, badLr, badInit, badWeight, badVariants, badBlind] = await Promise.all([
       agentrl(["sft", "--steps", "1"]),
       agentrl(["sft", "--tasks", "chess", "--out", "/nonexistent-never-written"]),
       agentrl(["policy", "serve", "--pool", "newest"]),
@@ -11,6 +11,7 @@ describe("agentrl sft / policy serve: bad input is one clear line, never a stack
       agentrl(["sft", "--init", "/nonexistent-never-written", "--out", "/nonexistent-never-written-either"]),
       agentrl(["sft", "--final-turn-weight", "heavy", "--store"]),
       agentrl(["sft", "--answer-variants", "1.5", "--store"]),
+      agentrl(["sft", "--blind-share", "1.5", "--store"]),
     ]);
     expect(noOut.status).toBe(2);
     expect(noOut.stderr).toMatch(/--out\/--store: give exactly one: --out DIR or --store/);
@@ -25,7 +26,9 @@ describe("agentrl sft / policy serve: bad input is one clear line, never a stack
     expect(badWeight.stderr).toMatch(/--final-turn-weight must be a number > 0, got "heavy"/);
     expect(badVariants.status).not.toBe(0);
     expect(badVariants.stderr).toMatch(/--answer-variants must be an integer >= 0, got "1.5"/);
-    for (const run of [noOut, badTask, badPool, badLr, badInit, badWeight, badVariants])
+    expect(badBlind.status).not.toBe(0);
+    expect(badBlind.stderr).toMatch(/--blind-share must be a number from 0 to 1, got "1.5"/);
+    for (const run of [noOut, badTask, badPool, badLr, badInit, badWeight, badVariants, badBlind])
       expect(run.stderr).not.toMatch(/\n\s+at /);
   });
 });

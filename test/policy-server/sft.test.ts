@@ -8,6 +8,7 @@ import { loadCheckpoint } from "../../shared/model/checkpoint.ts";
 import { initBackend } from "../../shared/model/index.ts";
 import { LocalObjectStore } from "../../shared/transport/local.ts";
 import {
+  blindTrace,
   collectExpertTraces,
   finalTurnOnly,
   runSft,
@@ -153,6 +154,38 @@ describe("sft warm-up", () => {
       variants: number;
     };
     expect(recipe).toMatchObject({ answerVariants: 2, variants: varied.variants });
+  });
+
+  it("makes a blind trace: the opening messages, then the expert's final turn with no tool call before it", async () => {
+    const { traces } = await collectExpertTraces([example], 3, 11);
+    const messages = traces[0]?.messages ?? [];
+    const blind = blindTrace(messages) ?? [];
+    const firstAssistant = messages.findIndex((m) => m.role === "assistant");
+    const finalTurn = messages.filter((m) => m.role === "assistant").at(-1);
+    expect(firstAssistant).toBeGreaterThan(0);
+    expect(blind).toEqual([...messages.slice(0, firstAssistant), finalTurn]);
+    expect(blind.some((m) => m.role === "tool")).toBe(false);
+    // A trace that answered at once has no blind version.
+    expect(blindTrace(blind)).toBeUndefined();
+  });
+
+  it("replaces the drawn share of traces by their blind version, from the seed, and records it", async () => {
+    const seeing = await run("seeing", 5, { steps: 1 });
+    const half = await run("half-blind", 5, { steps: 1, blindShare: 0.5 });
+    const again = await run("half-blind-again", 5, { steps: 1, blindShare: 0.5 });
+    const all = await run("all-blind", 5, { steps: 1, blindShare: 1 });
+    const kept = seeing.traces.reduce((sum, t) => sum + t.kept, 0);
+    expect(seeing.blind).toBe(0);
+    expect(all.blind).toBe(kept);
+    expect(half.blind).toBe(again.blind);
+    expect(half.losses).toEqual(again.losses);
+    // Blind traces are shorter: no tool call, no observation.
+    expect(all.traces[0]?.tokens).toBeLessThan(seeing.traces[0]?.tokens ?? 0);
+    const recipe = JSON.parse((await new LocalObjectStore(join(dir, "all-blind")).getText("sft/v0.json")) ?? "{}") as {
+      blindShare: number;
+      blind: number;
+    };
+    expect(recipe).toMatchObject({ blindShare: 1, blind: kept });
   });
 
   it("adds answer crops to each step, and records how many", async () => {

@@ -70,6 +70,14 @@ export interface SftOptions {
    * compute, where a whole trace holds one. @default 0
    */
   readonly answerCrops?: number;
+  /**
+   * Share of the expert traces replaced by their blind version (`blindTrace`): the request answered
+   * at once with the expert's final turn, without looking anything up, as a demonstrator that
+   * sometimes answers from memory would. The warm-up then imitates both habits, and RL has a known
+   * flaw to fix (configs/learning.yaml's base). Variants and crops come from the traces that looked.
+   * @default 0
+   */
+  readonly blindShare?: number;
   /** Store holding the warm-up to continue from (its newest version); its model shape wins over the config's. */
   readonly init?: ObjectStore;
   /** Store the checkpoint goes to (policies/v{version}/). */
@@ -99,6 +107,8 @@ export interface SftResult {
   readonly traces: readonly TraceStats[];
   /** Answer-resampled variants trained on beside the traces (`answerVariants`). */
   readonly variants: number;
+  /** Traces replaced by their blind version (`blindShare`). */
+  readonly blind: number;
   readonly losses: readonly number[];
   /** Mean loss per assistant token over a seeded sample of up to 64 traces, before and after training. */
   readonly lossBefore: number;
@@ -149,9 +159,19 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
   await initBackend(config.policy.backend);
 
   const started = Date.now();
-  const { traces, stats } = await collectExpertTraces(options.tasks, options.episodesPerTask, seed);
-  log.info({ traces: traces.length, seconds: (Date.now() - started) / 1000 }, "expert traces collected");
-  if (traces.length === 0) throw new SftError("the experts produced no successful episode");
+  const collected = await collectExpertTraces(options.tasks, options.episodesPerTask, seed);
+  const { stats } = collected;
+  log.info({ traces: collected.traces.length, seconds: (Date.now() - started) / 1000 }, "expert traces collected");
+  if (collected.traces.length === 0) throw new SftError("the experts produced no successful episode");
+  const blindRandom = seededRandomFrom(seed, "blind-traces");
+  let blind = 0;
+  const traces = collected.traces.map((trace) => {
+    const messages = blindRandom() < (options.blindShare ?? 0) ? blindTrace(trace.messages) : undefined;
+    if (!messages) return trace;
+    blind += 1;
+    return { ...trace, messages };
+  });
+  if (blind > 0) log.info({ blind }, "traces replaced by their blind version");
 
   const optimizer = {
     learningRate: options.learningRate,
@@ -284,6 +304,8 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
           answerVariants: options.answerVariants ?? 0,
           answerCrops,
           variants: variants.length,
+          blindShare: options.blindShare ?? 0,
+          blind,
           model,
           losses,
           metrics,
@@ -296,6 +318,7 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
       manifest,
       traces: traceStats,
       variants: variants.length,
+      blind,
       losses,
       lossBefore,
       lossAfter,
@@ -305,6 +328,18 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
   } finally {
     policy.dispose();
   }
+}
+
+/**
+ * The trace as a demonstrator that answers from memory plays it: the opening messages, then at
+ * once the expert's final turn (its answer, or `finish` for a task that asked for a change), with
+ * no tool call before it. Undefined when the expert's first turn already was its last.
+ */
+export function blindTrace(messages: readonly ChatMessage[]): ChatMessage[] | undefined {
+  const first = messages.findIndex((m) => m.role === "assistant");
+  const last = messages.map((m) => m.role).lastIndexOf("assistant");
+  if (first < 0 || first === last) return undefined;
+  return [...messages.slice(0, first), messages[last] as ChatMessage];
 }
 
 /** `count` answer-resampled copies of each trace that has a copied answer, drawn from `seed`. */
