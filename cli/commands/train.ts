@@ -1,3 +1,4 @@
+import { existsSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { type Command, InvalidArgumentError } from "commander";
 import type { ExperimentConfig } from "../../shared/config/index.ts";
@@ -12,14 +13,14 @@ import { intOption } from "./controller.ts";
 /** Config of `npm start`: a short multi-task run sized for 2 CPU cores. */
 export const QUICKSTART_CONFIG = new URL("../../configs/quickstart.yaml", import.meta.url).pathname;
 
-interface TrainOptions {
+export interface TrainOptions {
   config?: string;
   set?: string[];
   transport?: "local" | "aws";
   endpoint?: string;
   runDir?: string;
   evalN?: number;
-  base: string;
+  base?: string;
 }
 
 function addTrainOptions(command: Command): Command {
@@ -32,7 +33,10 @@ function addTrainOptions(command: Command): Command {
       "held-out instances per task for the closing evaluation, 0 skips it (default: the config's evaluation.instances)",
       intOption("--eval-n", 0),
     )
-    .option("--base <dir>", "base checkpoint folder imported as v0 when the store is empty", BASE_CHECKPOINT_DIR);
+    .option(
+      "--base <dir>",
+      "base checkpoint folder imported as v0 when the store is empty (default: the config's policy.base, else trainer-image/base-policy)",
+    );
 }
 
 /** Applies --transport/--endpoint and --eval-n on top of the config, re-validating the result. */
@@ -55,6 +59,20 @@ function withFlags(config: ExperimentConfig, options: TrainOptions): ExperimentC
   });
 }
 
+/** `--base`, else the config's `policy.base`, else the committed warm-up; a named folder must hold a checkpoint. */
+export function baseCheckpointOf(config: ExperimentConfig, options: TrainOptions): string {
+  const [path, base] = options.base
+    ? ["--base", options.base]
+    : config.policy.base
+      ? ["policy.base", config.policy.base]
+      : ["", BASE_CHECKPOINT_DIR];
+  if (path && !existsSync(join(base, "policies")))
+    throw new ValidationError("options", [
+      { path, message: `${base} holds no checkpoint (expected policies/v<N>/ in it)` },
+    ]);
+  return resolve(base);
+}
+
 async function train(options: TrainOptions): Promise<void> {
   const config = withFlags(await configFromOptions(options), options);
   const stamp = new Date().toISOString().replace(/[:.]/g, "-").slice(0, 19);
@@ -71,7 +89,7 @@ async function train(options: TrainOptions): Promise<void> {
   const result = await runPipeline({
     config,
     runDir,
-    baseCheckpoint: options.base,
+    baseCheckpoint: baseCheckpointOf(config, options),
     signal: stop.signal,
     progress: createProgressView(),
   });

@@ -34,6 +34,16 @@ export const PolicyConfig = z
     pollSeconds: z.number().positive().default(1).describe("checkpoint poll interval (s)"),
     /** Most sequences decoded together in one step (continuous batching). */
     maxBatch: z.number().int().min(1).max(512).default(64).describe("continuous batching width"),
+    /**
+     * Checkpoint folder (relative to the working directory) a run imports as v0 when its store
+     * holds no policy yet; `agentrl train --base` overrides it. Unset: the committed five-task
+     * warm-up, trainer-image/base-policy.
+     */
+    base: z
+      .string()
+      .min(1)
+      .optional()
+      .describe("base checkpoint folder imported as v0 (default: trainer-image/base-policy)"),
     /** Checkpoint to start from: `newest`, a version number, or a path to a local checkpoint folder. */
     init: z
       .union([z.string().min(1), z.number().int().nonnegative().transform(String)])

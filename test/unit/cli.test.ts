@@ -1,11 +1,19 @@
+import { mkdirSync } from "node:fs";
+import { join } from "node:path";
 import { describe, expect, it } from "vitest";
+import { baseCheckpointOf } from "../../cli/commands/train.ts";
+import { BASE_CHECKPOINT_DIR } from "../../cli/launch/pipeline.ts";
+import { parseConfig } from "../../shared/config/index.ts";
 import { agentrl } from "../support/cli.ts";
+import { tempDir } from "../support/tmp.ts";
 
 describe("agentrl run commands reject bad input with one line", () => {
   it.each([
     [["train", "--transport", "local", "--endpoint", "http://127.0.0.1:1"], /--endpoint: needs --transport aws/],
     [["train", "--transport", "kafka"], /--transport must be "local" or "aws", got "kafka"/],
     [["train", "--eval-n", "-3"], /--eval-n must be an integer >= 0/],
+    [["train", "--base", "/nonexistent-base"], /--base: \/nonexistent-base holds no checkpoint/],
+    [["train", "--set", "policy.base=/nonexistent-base"], /policy.base: \/nonexistent-base holds no checkpoint/],
     [["eval", "--policy", "latest"], /--policy must be a version number, "newest" or an http\(s\) URL/],
     [["eval", "--policy", "3", "--split", "dev"], /--split must be "train" or "test"/],
     [["eval", "--policy", "3", "--temperature", "hot"], /--temperature must be a number from 0 to 2, got "hot"/],
@@ -28,5 +36,18 @@ describe("agentrl run commands reject bad input with one line", () => {
       expect(result.status).toBe(0);
       expect(result.stdout).toMatch(/^Usage: agentrl /);
     }
+  });
+});
+
+describe("agentrl train's base checkpoint", () => {
+  it("is --base, else the config's policy.base, else the committed warm-up", () => {
+    const dir = tempDir("agentrl-base-");
+    const flag = join(dir, "flag");
+    const configured = join(dir, "configured");
+    for (const d of [flag, configured]) mkdirSync(join(d, "policies"), { recursive: true });
+    const config = parseConfig({ policy: { base: configured } });
+    expect(baseCheckpointOf(config, { base: flag })).toBe(flag);
+    expect(baseCheckpointOf(config, {})).toBe(configured);
+    expect(baseCheckpointOf(parseConfig({}), {})).toBe(BASE_CHECKPOINT_DIR);
   });
 });
