@@ -1,8 +1,11 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { type Command, InvalidArgumentError } from "commander";
+import type { ExperimentConfig } from "../../shared/config/index.ts";
 import { ValidationError } from "../../shared/errors.ts";
 import { createLogger } from "../../shared/log.ts";
+import { newestVersion } from "../../shared/model/checkpoint.ts";
+import { createTransport } from "../../shared/transport/index.ts";
 import { evalTasks, runEval, samplingSuffix } from "../launch/eval.ts";
 import { startPolicyServer } from "../launch/policy.ts";
 import { startEnvStack } from "../launch/stack.ts";
@@ -65,6 +68,10 @@ export function register(program: Command): void {
         },
       ]);
     const config = await configFromOptions(options);
+    const isUrl = /^https?:\/\//.test(options.policy);
+    // "newest" is resolved once, here: the report names the version it measured, and a trainer
+    // publishing meanwhile cannot change it under the evaluation.
+    const version = isUrl ? undefined : await resolveVersion(config, options.policy);
     const names = options.tasks ?? config.tasks.mix.map((t) => t.name);
     const tasks = await evalTasks(names, options.split, options.n);
     const outDir = resolve(
@@ -82,21 +89,16 @@ export function register(program: Command): void {
         ...(options.controller ? { controllerUrl: options.controller } : {}),
         tasks: names.map((name) => ({ name, concurrency: options.concurrency })),
       });
-      const isUrl = /^https?:\/\//.test(options.policy);
-      const policyUrl = isUrl
-        ? options.policy
-        : await startPolicyServer(supervisor, {
-            name: "policy-eval",
-            configFile,
-            pool: "pinned",
-            version: options.policy === "newest" ? "newest" : Number(options.policy),
-          });
+      const policyUrl =
+        version === undefined
+          ? options.policy
+          : await startPolicyServer(supervisor, { name: "policy-eval", configFile, pool: "pinned", version });
       const report = await supervisor.guard(
         runEval({
           controllerUrl,
           policyUrl,
           ...(options.model ? { model: options.model } : {}),
-          label: `${isUrl ? (options.model ?? options.policy) : `v${options.policy}`}${samplingSuffix(options.temperature, options.samples)}`,
+          label: `${version === undefined ? (options.model ?? options.policy) : `v${version}`}${samplingSuffix(options.temperature, options.samples)}`,
           temperature: options.temperature,
           samples: options.samples,
           tasks,
@@ -112,6 +114,25 @@ export function register(program: Command): void {
       await supervisor.stopAll();
     }
   });
+}
+
+/** A version number as given, or the newest one in the experiment's checkpoint store. */
+async function resolveVersion(config: ExperimentConfig, policy: string): Promise<number> {
+  if (policy !== "newest") return Number(policy);
+  const transport = await createTransport(config.transport);
+  try {
+    const newest = await newestVersion(transport.store("checkpoints"));
+    if (newest === undefined)
+      throw new ValidationError("eval options", [
+        {
+          path: "--policy",
+          message: `the checkpoint store (${config.transport.kind === "local" ? config.transport.localDir : `s3://${config.transport.checkpointBucket}`}) holds no policy version yet`,
+        },
+      ]);
+    return newest;
+  } finally {
+    await transport.close();
+  }
 }
 
 function policyOption(value: string): string {

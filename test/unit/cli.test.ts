@@ -1,9 +1,10 @@
-import { mkdirSync } from "node:fs";
+import { cpSync, mkdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { baseCheckpointOf } from "../../cli/commands/train.ts";
 import { BASE_CHECKPOINT_DIR } from "../../cli/launch/pipeline.ts";
 import { parseConfig } from "../../shared/config/index.ts";
+import { EvalReport } from "../../shared/protocol/metrics.ts";
 import { agentrl } from "../support/cli.ts";
 import { tempDir } from "../support/tmp.ts";
 
@@ -50,4 +51,43 @@ describe("agentrl train's base checkpoint", () => {
     expect(baseCheckpointOf(config, {})).toBe(configured);
     expect(baseCheckpointOf(parseConfig({}), {})).toBe(BASE_CHECKPOINT_DIR);
   });
+});
+
+describe("agentrl eval --policy newest", () => {
+  it("says so when the checkpoint store holds no version", async () => {
+    const empty = tempDir("agentrl-empty-store-");
+    const result = await agentrl(["eval", "--policy", "newest", "--set", `transport.localDir=${empty}`]);
+    expect(result.status).toBe(2);
+    expect(result.stderr).toMatch(/--policy: the checkpoint store \(.*\) holds no policy version yet/);
+  });
+
+  it("measures the newest version and names it in the report", async () => {
+    const dir = tempDir("agentrl-eval-newest-");
+    cpSync(join(BASE_CHECKPOINT_DIR, "policies"), join(dir, "store", "objects", "checkpoints", "policies"), {
+      recursive: true,
+    });
+    const out = join(dir, "out");
+    const result = await agentrl([
+      "eval",
+      "--policy",
+      "newest",
+      "--tasks",
+      "example",
+      "--n",
+      "2",
+      "--set",
+      `transport.localDir=${join(dir, "store")}`,
+      "--out",
+      out,
+    ]);
+    expect(result.stderr).not.toMatch(/\n\s+at /);
+    expect(result.status).toBe(0);
+    expect(result.stdout).toMatch(/^\| v0 \| /m);
+    const report = EvalReport.parse(JSON.parse(readFileSync(join(out, "eval-v0.json"), "utf8")));
+    expect(report.policy).toBe("v0");
+    expect(report.outcomes?.map((o) => [o.task, o.sample])).toEqual([
+      ["example", 0],
+      ["example", 0],
+    ]);
+  }, 120_000);
 });
