@@ -53,6 +53,11 @@ export function evalTableMarkdown(reports: readonly EvalReport[]): string {
   return [header, rule, ...rows].join("\n");
 }
 
+/** A success difference in points with its sign: `+6.5`, `−1.0`. */
+function signedPoints(x: number): string {
+  return `${x >= 0 ? "+" : "−"}${Math.abs(100 * x).toFixed(1)}`;
+}
+
 /** The newest policy against the base on the same instances (`pairedDifference`), one task a row. */
 export interface PairedDifference {
   /** Task name, or `avg` for the unweighted average over tasks the success table shows. */
@@ -131,13 +136,12 @@ export function pairedTableMarkdown(reports: readonly EvalReport[]): string {
   if (!base || !newest || base === newest) return "";
   const rows = pairedDifference(base, newest);
   if (!rows) return "";
-  const points = (x: number) => `${x >= 0 ? "+" : "−"}${Math.abs(100 * x).toFixed(1)}`;
   return [
     `| ${newest.policy} − ${base.policy} | instances | difference | 95% interval | better / worse |`,
     "|---|---|---|---|---|",
     ...rows.map(
       (r) =>
-        `| ${r.task} | ${r.instances} | ${points(r.difference)} | ${points(r.difference - r.halfWidth)} to ${points(r.difference + r.halfWidth)} | ${r.better} / ${r.worse} |`,
+        `| ${r.task} | ${r.instances} | ${signedPoints(r.difference)} | ${signedPoints(r.difference - r.halfWidth)} to ${signedPoints(r.difference + r.halfWidth)} | ${r.better} / ${r.worse} |`,
     ),
   ].join("\n");
 }
@@ -189,6 +193,20 @@ function evalTableHtml(reports: readonly EvalReport[]): string {
   return `<table>${head}${rows.join("")}</table>`;
 }
 
+/** `pairedDifference` of the last report against the first as an HTML table; "" when there is none. */
+function pairedTableHtml(reports: readonly EvalReport[]): string {
+  const base = reports[0];
+  const newest = reports.at(-1);
+  const rows = base && newest && base !== newest ? pairedDifference(base, newest) : undefined;
+  if (!rows || !base || !newest) return "";
+  const head = `<tr><th>${escapeXml(`${newest.policy} − ${base.policy}`)}</th><th>instances</th><th>difference</th><th>95% interval</th><th>better / worse</th></tr>`;
+  const body = rows.map(
+    (r) =>
+      `<tr><td>${escapeXml(r.task)}</td><td>${r.instances}</td><td>${signedPoints(r.difference)}</td><td>${signedPoints(r.difference - r.halfWidth)} to ${signedPoints(r.difference + r.halfWidth)}</td><td>${r.better} / ${r.worse}</td></tr>`,
+  );
+  return `<table>${head}${body.join("")}</table>`;
+}
+
 export interface ReportInput {
   readonly title: string;
   readonly records: readonly StepMetrics[];
@@ -237,7 +255,7 @@ td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}th{background:#f4f4
 <h1>${escapeXml(input.title)}</h1>
 <table>${facts}</table>
 <h2>Test success (%)</h2>
-${input.evals.length > 0 ? evalTableHtml(input.evals) : "<p>No evaluation was run.</p>"}
+${input.evals.length > 0 ? evalTableHtml(input.evals) + pairedTableHtml(input.evals) : "<p>No evaluation was run.</p>"}
 <h2>Training curves</h2>
 <div class="charts">${charts.length > 0 ? charts.join("\n") : "<p>No trainer steps were recorded.</p>"}</div>
 <p><small>Synthetic tasks, tiny model: figures describe this run only.</small></p>

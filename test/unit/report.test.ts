@@ -141,6 +141,10 @@ describe("run report", () => {
         "| kg | 2 | +50.0 | +50.0 to +50.0 | 2 / 0 |",
         "| avg | 6 | +50.0 | +21.7 to +78.3 | 4 / 0 |",
       ]);
+      const html = renderReport({ title: "paired", records: [], evals: [base, newer], facts: [] });
+      expect(html).toContain("<th>v9 − v0 (base)</th>");
+      expect(html).toContain("<tr><td>avg</td><td>6</td><td>+50.0</td><td>+21.7 to +78.3</td><td>4 / 0</td></tr>");
+      expect(renderReport({ title: "plain", records: [], evals: plain, facts: [] })).not.toContain("95% interval");
     });
   });
 
