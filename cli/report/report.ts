@@ -129,19 +129,30 @@ export function pairedDifference(base: EvalReport, other: EvalReport): PairedDif
   return [...rows, average];
 }
 
-/** `pairedDifference` of the last report against the first, as a table in points; "" when there is none. */
-export function pairedTableMarkdown(reports: readonly EvalReport[]): string {
+/** The last report against the first (`pairedDifference`), when there are two with outcomes. */
+function newestAgainstBase(reports: readonly EvalReport[]): { title: string; rows: PairedDifference[] } | undefined {
   const base = reports[0];
   const newest = reports.at(-1);
-  if (!base || !newest || base === newest) return "";
+  if (!base || !newest || base === newest) return undefined;
   const rows = pairedDifference(base, newest);
-  if (!rows) return "";
+  return rows && { title: `${newest.policy} − ${base.policy}`, rows };
+}
+
+/** A paired row's 95% interval in points: `+3.2 to +9.8`. */
+function intervalText(r: PairedDifference): string {
+  return `${signedPoints(r.difference - r.halfWidth)} to ${signedPoints(r.difference + r.halfWidth)}`;
+}
+
+/** `pairedDifference` of the last report against the first, as a table in points; "" when there is none. */
+export function pairedTableMarkdown(reports: readonly EvalReport[]): string {
+  const paired = newestAgainstBase(reports);
+  if (!paired) return "";
   return [
-    `| ${newest.policy} − ${base.policy} | instances | difference | 95% interval | better / worse |`,
+    `| ${paired.title} | instances | difference | 95% interval | better / worse |`,
     "|---|---|---|---|---|",
-    ...rows.map(
+    ...paired.rows.map(
       (r) =>
-        `| ${r.task} | ${r.instances} | ${signedPoints(r.difference)} | ${signedPoints(r.difference - r.halfWidth)} to ${signedPoints(r.difference + r.halfWidth)} | ${r.better} / ${r.worse} |`,
+        `| ${r.task} | ${r.instances} | ${signedPoints(r.difference)} | ${intervalText(r)} | ${r.better} / ${r.worse} |`,
     ),
   ].join("\n");
 }
@@ -195,14 +206,12 @@ function evalTableHtml(reports: readonly EvalReport[]): string {
 
 /** `pairedDifference` of the last report against the first as an HTML table; "" when there is none. */
 function pairedTableHtml(reports: readonly EvalReport[]): string {
-  const base = reports[0];
-  const newest = reports.at(-1);
-  const rows = base && newest && base !== newest ? pairedDifference(base, newest) : undefined;
-  if (!rows || !base || !newest) return "";
-  const head = `<tr><th>${escapeXml(`${newest.policy} − ${base.policy}`)}</th><th>instances</th><th>difference</th><th>95% interval</th><th>better / worse</th></tr>`;
-  const body = rows.map(
+  const paired = newestAgainstBase(reports);
+  if (!paired) return "";
+  const head = `<tr><th>${escapeXml(paired.title)}</th><th>instances</th><th>difference</th><th>95% interval</th><th>better / worse</th></tr>`;
+  const body = paired.rows.map(
     (r) =>
-      `<tr><td>${escapeXml(r.task)}</td><td>${r.instances}</td><td>${signedPoints(r.difference)}</td><td>${signedPoints(r.difference - r.halfWidth)} to ${signedPoints(r.difference + r.halfWidth)}</td><td>${r.better} / ${r.worse}</td></tr>`,
+      `<tr><td>${escapeXml(r.task)}</td><td>${r.instances}</td><td>${signedPoints(r.difference)}</td><td>${intervalText(r)}</td><td>${r.better} / ${r.worse}</td></tr>`,
   );
   return `<table>${head}${body.join("")}</table>`;
 }
