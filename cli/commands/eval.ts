@@ -24,6 +24,7 @@ interface EvalOptions {
   out?: string;
   concurrency: number;
   temperature: number;
+  topP: number;
   samples: number;
   config?: string;
   set?: string[];
@@ -51,6 +52,7 @@ export function register(program: Command): void {
         temperatureOption,
         0,
       )
+      .option("--top-p <p>", "nucleus sampling of sampled episodes, above 0 and at most 1", topPOption, 1)
       .option(
         "--samples <k>",
         "episodes per instance (needs --temperature > 0); adds pass@k and the share of instances whose samples disagree",
@@ -67,6 +69,11 @@ export function register(program: Command): void {
           message: "more than one sample per instance needs --temperature > 0 (greedy repeats itself)",
         },
       ]);
+    if (options.topP < 1 && options.temperature === 0)
+      throw new ValidationError("eval options", [
+        { path: "--top-p", message: "nucleus sampling needs --temperature > 0 (greedy decoding ignores it)" },
+      ]);
+    const sampling = { temperature: options.temperature, topP: options.topP, samples: options.samples };
     const config = await configFromOptions(options);
     const isUrl = /^https?:\/\//.test(options.policy);
     // "newest" is resolved once, here: the report names the version it measured, and a trainer
@@ -98,9 +105,8 @@ export function register(program: Command): void {
           controllerUrl,
           policyUrl,
           ...(options.model ? { model: options.model } : {}),
-          label: `${version === undefined ? (options.model ?? options.policy) : `v${version}`}${samplingSuffix(options.temperature, options.samples)}`,
-          temperature: options.temperature,
-          samples: options.samples,
+          label: `${version === undefined ? (options.model ?? options.policy) : `v${version}`}${samplingSuffix(sampling)}`,
+          sampling,
           tasks,
           split: options.split,
           maxTokensPerTurn: config.rollout.maxTokensPerTurn,
@@ -144,6 +150,12 @@ function temperatureOption(value: string): number {
   const t = Number(value);
   if (value.trim() !== "" && Number.isFinite(t) && t >= 0 && t <= 2) return t;
   throw new InvalidArgumentError(`--temperature must be a number from 0 to 2, got "${value}"`);
+}
+
+function topPOption(value: string): number {
+  const p = Number(value);
+  if (value.trim() !== "" && Number.isFinite(p) && p > 0 && p <= 1) return p;
+  throw new InvalidArgumentError(`--top-p must be a number above 0 and at most 1, got "${value}"`);
 }
 
 function splitOption(value: string): "train" | "test" {

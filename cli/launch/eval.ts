@@ -17,9 +17,17 @@ export async function evalTasks(names: readonly string[], split: "train" | "test
   );
 }
 
-/** What a policy's label adds for a sampled evaluation: ` T=0.5 k=8`, or nothing when greedy. */
-export function samplingSuffix(temperature: number, samples: number): string {
-  return `${temperature > 0 ? ` T=${temperature}` : ""}${samples > 1 ? ` k=${samples}` : ""}`;
+/** How an evaluation decodes: greedy (temperature 0), or sampled k times per instance. */
+export interface EvalSampling {
+  readonly temperature: number;
+  readonly topP: number;
+  readonly samples: number;
+}
+
+/** What a policy's label adds for a sampled evaluation: ` T=1 p=0.9 k=8`, or nothing when greedy. */
+export function samplingSuffix({ temperature, topP, samples }: EvalSampling): string {
+  if (temperature === 0) return "";
+  return ` T=${temperature}${topP < 1 ? ` p=${topP}` : ""}${samples > 1 ? ` k=${samples}` : ""}`;
 }
 
 export interface EvalRunOptions {
@@ -31,10 +39,8 @@ export interface EvalRunOptions {
   readonly split: "train" | "test";
   readonly maxTokensPerTurn: number;
   readonly concurrency: number;
-  /** Sampling temperature of the policy. @default 0 (greedy) */
-  readonly temperature?: number;
-  /** Episodes per instance (pass@k). @default 1 */
-  readonly samples?: number;
+  /** How the policy decodes. @default greedy, one episode per instance */
+  readonly sampling?: EvalSampling;
   /** Writes `<outDir>/eval-<slug>.json` and `.md`. */
   readonly outDir: string;
   readonly log?: Logger;
@@ -51,8 +57,7 @@ export async function runEval(options: EvalRunOptions): Promise<EvalReport> {
     split: options.split,
     concurrency: options.concurrency,
     maxTokensPerTurn: options.maxTokensPerTurn,
-    ...(options.temperature !== undefined ? { temperature: options.temperature } : {}),
-    ...(options.samples !== undefined ? { samples: options.samples } : {}),
+    ...(options.sampling ?? {}),
     ...(options.log ? { log: options.log } : {}),
     ...(options.signal ? { signal: options.signal } : {}),
   });

@@ -123,7 +123,7 @@ export async function runPipeline(options: PipelineOptions): Promise<PipelineRes
           "test",
           evaluation.instances,
         );
-        const sampling = samplingSuffix(evaluation.temperature, evaluation.samples);
+        const sampling = samplingSuffix(evaluation);
         for (const version of newest === baseVersion ? [baseVersion] : [baseVersion, newest]) {
           const policyUrl = await startPolicyServer(supervisor, {
             name: `policy-eval-v${version}`,
@@ -138,8 +138,7 @@ export async function runPipeline(options: PipelineOptions): Promise<PipelineRes
                 policyUrl,
                 label: `${version === baseVersion ? `v${version} (base)` : `v${version}`}${sampling}`,
                 tasks,
-                temperature: evaluation.temperature,
-                samples: evaluation.samples,
+                sampling: evaluation,
                 split: "test",
                 maxTokensPerTurn: config.rollout.maxTokensPerTurn,
                 concurrency: 16,

@@ -24,6 +24,8 @@ export interface EvalOptions {
   readonly concurrency?: number;
   /** @default 0 (greedy) */
   readonly temperature?: number;
+  /** Nucleus sampling of sampled episodes, as the rollouts use it. @default 1 */
+  readonly topP?: number;
   /**
    * Episodes per instance (each with its own seed); above 1 the report adds pass@k and the share
    * of instances whose samples disagree — the groups GRPO can learn from. @default 1
@@ -68,7 +70,7 @@ export async function playEpisode(
   endpoint: PolicyEndpoint,
   task: string,
   index: number,
-  options: Pick<EvalOptions, "temperature" | "maxTokensPerTurn" | "maxTurns" | "signal"> & {
+  options: Pick<EvalOptions, "temperature" | "topP" | "maxTokensPerTurn" | "maxTurns" | "signal"> & {
     /** Sampling seed. @default index */
     seed?: number;
   },
@@ -89,7 +91,7 @@ export async function playEpisode(
             messages,
             tools: sample.tools,
             temperature: options.temperature ?? 0,
-            topP: 1,
+            topP: options.topP ?? 1,
             maxTokens: options.maxTokensPerTurn ?? 256,
             seed: options.seed ?? index,
           },

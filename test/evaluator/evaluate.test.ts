@@ -12,14 +12,25 @@ import { ChatCompletionRequest, type ChatCompletionResponse } from "../../shared
 /** An OpenAI-compatible endpoint whose "model" is a scripted agent: no TF.js needed to test evaluation. */
 async function scriptedPolicyServer(agent: ScriptedAgent): Promise<{
   server: RunningServer;
-  state: { requests: number; temperatures: Set<number | undefined>; seeds: Set<number | undefined> };
+  state: {
+    requests: number;
+    temperatures: Set<number | undefined>;
+    topPs: Set<number | undefined>;
+    seeds: Set<number | undefined>;
+  };
 }> {
   const app = createApp(createLogger({ role: "fake-policy" }));
-  const state = { requests: 0, temperatures: new Set<number | undefined>(), seeds: new Set<number | undefined>() };
+  const state = {
+    requests: 0,
+    temperatures: new Set<number | undefined>(),
+    topPs: new Set<number | undefined>(),
+    seeds: new Set<number | undefined>(),
+  };
   app.post("/v1/chat/completions", async (c) => {
     const request = await readJson(c, ChatCompletionRequest, "chat completion request");
     state.requests += 1;
     state.temperatures.add(request.temperature);
+    state.topPs.add(request.top_p);
     state.seeds.add(request.seed);
     const message = await agent.act(request.messages, request.seed ?? 0);
     const response: ChatCompletionResponse = {
@@ -73,6 +84,7 @@ describe("evaluate", () => {
       expect(expertPolicy.state.requests).toBeGreaterThanOrEqual(12);
       // Greedy unless told otherwise.
       expect([...expertPolicy.state.temperatures]).toEqual([0]);
+      expect([...expertPolicy.state.topPs]).toEqual([1]);
       expect(worker.sessionCount).toBe(0);
     } finally {
       await expertPolicy.server.close();
@@ -80,7 +92,7 @@ describe("evaluate", () => {
     }
   });
 
-  it("samples at the temperature given, each instance k times with distinct seeds, and reports pass@k and the groups with mixed outcomes", async () => {
+  it("samples at the temperature and top-p given, each instance k times with distinct seeds, and reports pass@k and the groups with mixed outcomes", async () => {
     const policy = await scriptedPolicyServer(exampleRandom);
     try {
       const report = await evaluate({
@@ -88,13 +100,15 @@ describe("evaluate", () => {
         split: "test",
         tasks: [{ name: "example", indices: indices.slice(0, 6) }],
         policy: { url: `${policy.server.url}/v1` },
-        policyLabel: "random T=1 k=4",
+        policyLabel: "random T=1 p=0.9 k=4",
         temperature: 1,
+        topP: 0.9,
         samples: 4,
       });
       const row = report.tasks[0];
       expect(row).toMatchObject({ task: "example", episodes: 24, samples: 4 });
       expect([...policy.state.temperatures]).toEqual([1]);
+      expect([...policy.state.topPs]).toEqual([0.9]);
       // Seeds index·k + s: 24 distinct ones.
       expect(policy.state.seeds).toEqual(
         new Set(indices.slice(0, 6).flatMap((i) => [0, 1, 2, 3].map((s) => i * 4 + s))),

@@ -19,6 +19,8 @@ describe("agentrl run commands reject bad input with one line", () => {
     [["eval", "--policy", "3", "--split", "dev"], /--split must be "train" or "test"/],
     [["eval", "--policy", "3", "--temperature", "hot"], /--temperature must be a number from 0 to 2, got "hot"/],
     [["eval", "--policy", "3", "--samples", "0"], /--samples must be an integer >= 1/],
+    [["eval", "--policy", "3", "--top-p", "0"], /--top-p must be a number above 0 and at most 1, got "0"/],
+    [["eval", "--policy", "3", "--top-p", "0.9"], /--top-p: nucleus sampling needs --temperature > 0/],
     [
       ["eval", "--policy", "3", "--samples", "4"],
       /--samples: more than one sample per instance needs --temperature > 0/,

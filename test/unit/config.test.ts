@@ -60,7 +60,10 @@ describe("experiment config", () => {
       instances: 20,
       samples: 8,
       temperature: 1,
+      topP: 1,
     });
+    // Greedy decoding has no nucleus to cut.
+    expect(issuesOf(() => parseConfig({ evaluation: { topP: 0.9 } })).map((i) => i.path)).toEqual(["evaluation.topP"]);
   });
 
   it("skipUniformGroups needs a group baseline", () => {

@@ -62,10 +62,11 @@ describe("run report", () => {
     ]);
   });
 
-  it("labels a sampled evaluation with its temperature and samples, a greedy one with nothing", () => {
-    expect(samplingSuffix(0, 1)).toBe("");
-    expect(samplingSuffix(1, 1)).toBe(" T=1");
-    expect(samplingSuffix(0.5, 8)).toBe(" T=0.5 k=8");
+  it("labels a sampled evaluation with its temperature, top-p and samples, a greedy one with nothing", () => {
+    expect(samplingSuffix({ temperature: 0, topP: 1, samples: 1 })).toBe("");
+    expect(samplingSuffix({ temperature: 1, topP: 1, samples: 1 })).toBe(" T=1");
+    expect(samplingSuffix({ temperature: 0.5, topP: 1, samples: 8 })).toBe(" T=0.5 k=8");
+    expect(samplingSuffix({ temperature: 1, topP: 0.9, samples: 4 })).toBe(" T=1 p=0.9 k=4");
   });
 
   it("adds the sampling table (pass@1, pass@k, mixed groups) only to a sampled report", () => {
