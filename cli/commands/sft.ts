@@ -19,6 +19,7 @@ interface SftCliOptions {
   answerVariants: number;
   answerCrops: number;
   blindShare: number;
+  proseShare: number;
   init?: string;
   out?: string;
   store?: boolean;
@@ -65,6 +66,12 @@ export function register(program: Command): void {
         shareOption("--blind-share"),
         0,
       )
+      .option(
+        "--prose-share <p>",
+        "share of traces whose final turn states the answer in words instead of calling the tool (0 to 1)",
+        shareOption("--prose-share"),
+        0,
+      )
       .option("--init <dir>", "continue from the warm-up in this folder (its newest version, weights and tokenizer)")
       .option("--out <dir>", "write policies/v0/ under this folder")
       .option("--store", "write into the experiment's checkpoint store"),
@@ -72,6 +79,13 @@ export function register(program: Command): void {
     if (Boolean(options.out) === Boolean(options.store))
       throw new ValidationError("sft options", [
         { path: "--out/--store", message: "give exactly one: --out DIR or --store" },
+      ]);
+    if (options.blindShare + options.proseShare > 1)
+      throw new ValidationError("sft options", [
+        {
+          path: "--prose-share",
+          message: `--blind-share ${options.blindShare} + --prose-share ${options.proseShare} is above 1 (a trace gets one habit at most)`,
+        },
       ]);
     const config = await configFromOptions(options);
     const { TASK_MODULES, loadTaskModule } = await import("../../env-images/registry.ts");
@@ -123,6 +137,7 @@ export function register(program: Command): void {
         answerVariants: options.answerVariants,
         answerCrops: options.answerCrops,
         blindShare: options.blindShare,
+        proseShare: options.proseShare,
         init,
         store,
         log,
@@ -139,6 +154,7 @@ export function register(program: Command): void {
           traces: result.traces,
           variants: result.variants,
           blind: result.blind,
+          prose: result.prose,
         })}\n`,
       );
     } finally {

@@ -3,16 +3,18 @@ import { agentrl } from "../support/cli.ts";
 
 describe("agentrl sft / policy serve: bad input is one clear line, never a stack trace", () => {
   it("explains what is wrong and what is allowed", async () => {
-    const [noOut, badTask, badPool, badLr, badInit, badWeight, badVariants, badBlind] = await Promise.all([
-      agentrl(["sft", "--steps", "1"]),
-      agentrl(["sft", "--tasks", "chess", "--out", "/nonexistent-never-written"]),
-      agentrl(["policy", "serve", "--pool", "newest"]),
-      agentrl(["sft", "--lr", "-1", "--store"]),
-      agentrl(["sft", "--init", "/nonexistent-never-written", "--out", "/nonexistent-never-written-either"]),
-      agentrl(["sft", "--final-turn-weight", "heavy", "--store"]),
-      agentrl(["sft", "--answer-variants", "1.5", "--store"]),
-      agentrl(["sft", "--blind-share", "1.5", "--store"]),
-    ]);
+    const [noOut, badTask, badPool, badLr, badInit, badWeight, badVariants, badBlind, tooManyHabits] =
+      await Promise.all([
+        agentrl(["sft", "--steps", "1"]),
+        agentrl(["sft", "--tasks", "chess", "--out", "/nonexistent-never-written"]),
+        agentrl(["policy", "serve", "--pool", "newest"]),
+        agentrl(["sft", "--lr", "-1", "--store"]),
+        agentrl(["sft", "--init", "/nonexistent-never-written", "--out", "/nonexistent-never-written-either"]),
+        agentrl(["sft", "--final-turn-weight", "heavy", "--store"]),
+        agentrl(["sft", "--answer-variants", "1.5", "--store"]),
+        agentrl(["sft", "--blind-share", "1.5", "--store"]),
+        agentrl(["sft", "--blind-share", "0.6", "--prose-share", "0.5", "--store"]),
+      ]);
     expect(noOut.status).toBe(2);
     expect(noOut.stderr).toMatch(/--out\/--store: give exactly one: --out DIR or --store/);
     expect(badTask.status).toBe(2);
@@ -28,7 +30,9 @@ describe("agentrl sft / policy serve: bad input is one clear line, never a stack
     expect(badVariants.stderr).toMatch(/--answer-variants must be an integer >= 0, got "1.5"/);
     expect(badBlind.status).not.toBe(0);
     expect(badBlind.stderr).toMatch(/--blind-share must be a number from 0 to 1, got "1.5"/);
-    for (const run of [noOut, badTask, badPool, badLr, badInit, badWeight, badVariants, badBlind])
+    expect(tooManyHabits.status).toBe(2);
+    expect(tooManyHabits.stderr).toMatch(/--prose-share: --blind-share 0.6 \+ --prose-share 0.5 is above 1/);
+    for (const run of [noOut, badTask, badPool, badLr, badInit, badWeight, badVariants, badBlind, tooManyHabits])
       expect(run.stderr).not.toMatch(/\n\s+at /);
   });
 });

@@ -1,16 +1,19 @@
 import { join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
+import { callTool } from "../../env-images/common/agent.ts";
 import { taskModule as example } from "../../env-images/example/index.ts";
 import { ChatCodec } from "../../shared/chat/index.ts";
 import { parseConfig } from "../../shared/config/index.ts";
 import { createLogger } from "../../shared/log.ts";
 import { loadCheckpoint } from "../../shared/model/checkpoint.ts";
 import { initBackend } from "../../shared/model/index.ts";
+import type { ChatMessage } from "../../shared/protocol/openai.ts";
 import { LocalObjectStore } from "../../shared/transport/local.ts";
 import {
   blindTrace,
   collectExpertTraces,
   finalTurnOnly,
+  proseTrace,
   runSft,
   type SftOptions,
   type SftResult,
@@ -186,6 +189,43 @@ describe("sft warm-up", () => {
       blind: number;
     };
     expect(recipe).toMatchObject({ blindShare: 1, blind: kept });
+  });
+
+  it("makes a prose trace: the final turn states the committed answer in words and calls no tool", () => {
+    const opening: ChatMessage[] = [
+      { role: "system", content: "sys" },
+      { role: "user", content: "How many?" },
+      callTool("execute_sql", { query: "SELECT COUNT(*) FROM t" }, 0, "I will run a query."),
+      { role: "tool", tool_call_id: "call_0", name: "execute_sql", content: "COUNT(*)\n24\n(1 row)" },
+    ];
+    const answered = [...opening, callTool("commit_final_answer", { answers: ["24", "7"] }, 1, "The result above.")];
+    expect(proseTrace(answered)).toEqual([...opening, { role: "assistant", content: "The answer is 24, 7." }]);
+    // A change to the table commits nothing: the prose turn says it is done, still without the call.
+    const changed = [...opening, callTool("commit_final_answer", { answers: [] }, 1)];
+    expect(proseTrace(changed)).toEqual([...opening, { role: "assistant", content: "The task is done." }]);
+    // Integer arguments are answers too (os answer_action takes text; others may not).
+    expect(proseTrace([...opening, callTool("answer", { count: 3 }, 1)])?.at(-1)).toEqual({
+      role: "assistant",
+      content: "The answer is 3.",
+    });
+    // Already prose: nothing to rewrite.
+    expect(proseTrace(proseTrace(answered) ?? [])).toBeUndefined();
+  });
+
+  it("draws blind and prose traces from one number per trace, so adding prose keeps the blind draw", async () => {
+    const blindOnly = await run("blind-only", 5, { steps: 1, blindShare: 0.5 });
+    const both = await run("blind-and-prose", 5, { steps: 1, blindShare: 0.5, proseShare: 0.5 });
+    const kept = blindOnly.traces.reduce((sum, t) => sum + t.kept, 0);
+    expect(both.blind).toBe(blindOnly.blind);
+    expect(both.blind + both.prose).toBe(kept);
+    expect(both.prose).toBeGreaterThan(0);
+    const recipe = JSON.parse(
+      (await new LocalObjectStore(join(dir, "blind-and-prose")).getText("sft/v0.json")) ?? "{}",
+    ) as { proseShare: number; prose: number };
+    expect(recipe).toMatchObject({ proseShare: 0.5, prose: both.prose });
+    await expect(run("too-many-habits", 5, { steps: 1, blindShare: 0.7, proseShare: 0.4 })).rejects.toThrow(
+      /blindShare 0.7 \+ proseShare 0.4 is above 1/,
+    );
   });
 
   it("adds answer crops to each step, and records how many", async () => {

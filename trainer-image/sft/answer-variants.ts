@@ -33,7 +33,7 @@ export function resampleValue(value: string, pool: readonly string[], random: ()
 }
 
 /** The string and integer values among a tool call's JSON arguments (top level and inside arrays), as text. */
-function answerArguments(argumentsJson: string): string[] {
+export function answerArguments(argumentsJson: string): string[] {
   let parsed: unknown;
   try {
     parsed = JSON.parse(argumentsJson);

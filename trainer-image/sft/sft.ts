@@ -17,7 +17,7 @@ import {
 import type { ChatMessage, ToolSpec } from "../../shared/protocol/openai.ts";
 import { seededRandomFrom } from "../../shared/rl/random.ts";
 import type { ObjectStore } from "../../shared/transport/types.ts";
-import { answerVariant, copiedAnswers, isIntegerText } from "./answer-variants.ts";
+import { answerArguments, answerVariant, copiedAnswers, isIntegerText } from "./answer-variants.ts";
 
 /**
  * Warm-up by behaviour cloning: expert episodes from the task environments (their scripted
@@ -78,6 +78,13 @@ export interface SftOptions {
    * @default 0
    */
   readonly blindShare?: number;
+  /**
+   * Share of the expert traces replaced by their prose version (`proseTrace`): the final turn states
+   * the answer in words instead of calling the tool, which the environment ends as `agent
+   * validation failed`. Drawn from the same numbers as `blindShare`, after it (the two add to at
+   * most 1), so a recipe without prose draws its blind traces as before. @default 0
+   */
+  readonly proseShare?: number;
   /** Store holding the warm-up to continue from (its newest version); its model shape wins over the config's. */
   readonly init?: ObjectStore;
   /** Store the checkpoint goes to (policies/v{version}/). */
@@ -109,6 +116,8 @@ export interface SftResult {
   readonly variants: number;
   /** Traces replaced by their blind version (`blindShare`). */
   readonly blind: number;
+  /** Traces replaced by their prose version (`proseShare`). */
+  readonly prose: number;
   readonly losses: readonly number[];
   /** Mean loss per assistant token over a seeded sample of up to 64 traces, before and after training. */
   readonly lossBefore: number;
@@ -163,15 +172,25 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
   const { stats } = collected;
   log.info({ traces: collected.traces.length, seconds: (Date.now() - started) / 1000 }, "expert traces collected");
   if (collected.traces.length === 0) throw new SftError("the experts produced no successful episode");
-  const blindRandom = seededRandomFrom(seed, "blind-traces");
-  let blind = 0;
+  const blindShare = options.blindShare ?? 0;
+  const proseShare = options.proseShare ?? 0;
+  if (blindShare + proseShare > 1)
+    throw new SftError(
+      `blindShare ${blindShare} + proseShare ${proseShare} is above 1: a trace gets one habit at most`,
+    );
+  // One draw per trace picks its habit: [0, blind) blind, [blind, blind + prose) prose, else as the expert played it.
+  const habitRandom = seededRandomFrom(seed, "blind-traces");
+  const habits = { blind: 0, prose: 0 };
   const traces = collected.traces.map((trace) => {
-    const messages = blindRandom() < (options.blindShare ?? 0) ? blindTrace(trace.messages) : undefined;
-    if (!messages) return trace;
-    blind += 1;
+    const draw = habitRandom();
+    const habit = draw < blindShare ? "blind" : draw < blindShare + proseShare ? "prose" : undefined;
+    const messages = habit && (habit === "blind" ? blindTrace : proseTrace)(trace.messages);
+    if (!habit || !messages) return trace;
+    habits[habit] += 1;
     return { ...trace, messages };
   });
-  if (blind > 0) log.info({ blind }, "traces replaced by their blind version");
+  if (habits.blind + habits.prose > 0) log.info(habits, "traces replaced by a habit's version");
+  const { blind, prose } = habits;
 
   const optimizer = {
     learningRate: options.learningRate,
@@ -304,8 +323,10 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
           answerVariants: options.answerVariants ?? 0,
           answerCrops,
           variants: variants.length,
-          blindShare: options.blindShare ?? 0,
+          blindShare,
           blind,
+          proseShare,
+          prose,
           model,
           losses,
           metrics,
@@ -319,6 +340,7 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
       traces: traceStats,
       variants: variants.length,
       blind,
+      prose,
       losses,
       lossBefore,
       lossAfter,
@@ -340,6 +362,22 @@ export function blindTrace(messages: readonly ChatMessage[]): ChatMessage[] | un
   const last = messages.map((m) => m.role).lastIndexOf("assistant");
   if (first < 0 || first === last) return undefined;
   return [...messages.slice(0, first), messages[last] as ChatMessage];
+}
+
+/**
+ * The trace as a chat-style demonstrator ends it: the final turn states the answer in words ("The
+ * answer is 24.") instead of calling the tool, the invalid-format failure AgentBench reports for
+ * weaker function-calling models. The environment ends such a turn as `agent validation failed`,
+ * so the episode is not completed whatever it found. Undefined when the final turn calls no tool.
+ */
+export function proseTrace(messages: readonly ChatMessage[]): ChatMessage[] | undefined {
+  const last = messages.map((m) => m.role).lastIndexOf("assistant");
+  const turn = messages[last];
+  const calls = turn?.role === "assistant" ? (turn.tool_calls ?? []) : [];
+  if (calls.length === 0) return undefined;
+  const values = calls.flatMap((c) => answerArguments(c.function.arguments));
+  const content = values.length > 0 ? `The answer is ${values.join(", ")}.` : "The task is done.";
+  return [...messages.slice(0, last), { role: "assistant", content }];
 }
 
 /** `count` answer-resampled copies of each trace that has a copied answer, drawn from `seed`. */
