@@ -12,6 +12,8 @@ export class DecoderError extends AgentRlError {
 /** One sequence's KV cache: per layer, rows [position, kvHeads·headDim] of rotated keys and of values. */
 interface SlotState {
   length: number;
+  /** The token ids the cache holds (prompt plus consumed tokens), to recompute it for new weights. */
+  readonly ids: number[];
   rowsAllocated: number;
   keys: Float32Array[];
   values: Float32Array[];
@@ -215,20 +217,29 @@ export class KvDecoder implements Decoder {
     policy.validateTokens(prompt, "prompt");
     const slot = this.slots.indexOf(undefined);
     if (slot < 0) throw new DecoderError(`no free slot: all ${this.capacity} are in use`);
-    const { dims, rope, config } = policy;
-    const L = prompt.length;
     const state: SlotState = {
       length: 0,
+      ids: [...prompt],
       rowsAllocated: 0,
-      keys: Array.from({ length: config.layers }, () => new Float32Array(0)),
-      values: Array.from({ length: config.layers }, () => new Float32Array(0)),
+      keys: Array.from({ length: policy.config.layers }, () => new Float32Array(0)),
+      values: Array.from({ length: policy.config.layers }, () => new Float32Array(0)),
     };
+    const logits = this.prefill(policy, state);
+    this.slots[slot] = state;
+    this.activeCount += 1;
+    return { slot, logits };
+  }
+
+  /** Fills the slot's cache from its ids with `policy`'s weights; returns the next-token logits. */
+  private prefill(policy: TransformerPolicy, state: SlotState): Float32Array {
+    const { dims, rope } = policy;
+    const L = state.ids.length;
     this.ensureRows(state, L);
     const kvWidth = dims.kvHeads * dims.headDim;
     const kCol = dims.heads * dims.headDim;
     const vCol = kCol + kvWidth;
     const logits = tidyRead(() => {
-      const hidden = policy.hidden(Int32Array.from(prompt), (layer, qkv) => {
+      const hidden = policy.hidden(Int32Array.from(state.ids), (layer, qkv) => {
         const fwd = attentionForward(qkv.dataSync() as Float32Array, [L], dims, rope, false);
         const keys = state.keys[layer]!;
         const values = state.values[layer]!;
@@ -243,9 +254,7 @@ export class KvDecoder implements Decoder {
       return policy.head(last).dataSync() as Float32Array;
     });
     state.length = L;
-    this.slots[slot] = state;
-    this.activeCount += 1;
-    return { slot, logits };
+    return logits;
   }
 
   step(slots: readonly number[], tokens: readonly number[]): Float32Array[] {
@@ -291,7 +300,10 @@ export class KvDecoder implements Decoder {
       });
       return policy.head(hidden).dataSync() as Float32Array;
     });
-    for (const state of states) state.length += 1;
+    states.forEach((state, i) => {
+      state.length += 1;
+      state.ids.push(tokens[i] as number);
+    });
     const V = config.vocabSize;
     return states.map((_, i) => logits.slice(i * V, (i + 1) * V));
   }
@@ -312,6 +324,13 @@ export class KvDecoder implements Decoder {
         throw new DecoderError(`setPolicy: config.${key} differs (${a[key]} → ${b[key]}); the KV cache would not fit`);
     }
     this.policy = policy;
+    // No token may belong to two policies: a cache computed by the old weights would make every
+    // later token's distribution a mix of both, matching neither version's log-prob. So each
+    // running sequence's cache is recomputed from its ids with the new weights (one prefill per
+    // sequence, as AReaL's interruptible generation does), and tokens sampled from here on are
+    // exactly the new version's. Finishing on the old weights instead would hold two policies in
+    // memory and keep serving a version the trainer has moved past.
+    for (const state of this.slots) if (state) this.prefill(policy, state);
   }
 
   dispose(): void {

@@ -28,7 +28,10 @@ export interface Decoder {
   step(slots: readonly number[], tokens: readonly number[]): Float32Array[];
   /** Frees a slot. */
   remove(slot: number): void;
-  /** Switches weights between steps; in-flight sequences keep their cache and continue with the new weights. */
+  /**
+   * Switches weights between steps. In-flight sequences continue with the new weights on a cache
+   * recomputed by them, so every later token is exactly the new version's.
+   */
   setPolicy(policy: InferencePolicy): void;
   dispose(): void;
 }
