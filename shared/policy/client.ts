@@ -135,9 +135,10 @@ export class PolicyClient {
       const trace = choice.agentrl;
       if (!trace) throw new PolicyUnavailableError(`policy ${endpoint.pool}: answer lacks the agentrl token trace`);
       const n = trace.token_ids.length;
-      if (trace.logprobs.length !== n || trace.policy_versions.length !== n)
+      const sampled = trace.sampled_logprobs?.length ?? n;
+      if (trace.logprobs.length !== n || trace.policy_versions.length !== n || sampled !== n)
         throw new PolicyUnavailableError(
-          `policy ${endpoint.pool}: trace lengths differ (ids ${n}, logprobs ${trace.logprobs.length}, versions ${trace.policy_versions.length})`,
+          `policy ${endpoint.pool}: trace lengths differ (ids ${n}, logprobs ${trace.logprobs.length}, sampled_logprobs ${sampled}, versions ${trace.policy_versions.length})`,
         );
     }
     return { message: choice.message, finishReason: choice.finish_reason, trace: choice.agentrl };

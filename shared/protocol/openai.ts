@@ -76,7 +76,14 @@ export type ChatCompletionRequest = z.infer<typeof ChatCompletionRequest>;
 /** Per-token record of what generated each token; the rollout/trainer agreement check reads it. */
 export const GenerationTrace = z.object({
   token_ids: z.array(z.number().int()),
+  /** Full-vocabulary log_softmax(logits / temperature)[token]: what the trainer recomputes. */
   logprobs: z.array(z.number()),
+  /**
+   * Log-prob under the distribution each token was actually drawn from (top_p's nucleus
+   * renormalized; 0 for greedy). Equal to `logprobs` without truncation. Absent from servers
+   * that do not report it; the rollout worker then cannot record `sampled` behaviour log-probs.
+   */
+  sampled_logprobs: z.array(z.number()).optional(),
   policy_versions: z.array(z.number().int()),
   /** Prompt tokens the server fed the model (after any truncation it reports). */
   prompt_token_ids: z.array(z.number().int()).optional(),

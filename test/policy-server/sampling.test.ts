@@ -37,6 +37,20 @@ describe("sampling", () => {
     }
   });
 
+  it("reports the sampled distribution's log-prob: the nucleus renormalized, the full one without, 0 when greedy", () => {
+    const rng = new SeededRandom(3);
+    // T=1, top_p 0.6 keeps tokens 0 and 1: their probabilities renormalized over that pair
+    const p = logSoftmax(logits, 1).map(Math.exp);
+    const nucleus = (p[0] as number) + (p[1] as number);
+    for (let i = 0; i < 20; i++) {
+      const { token, sampledLogprob } = sampleToken(logits, 1, 0.6, rng);
+      expect(sampledLogprob).toBeCloseTo(Math.log((p[token] as number) / nucleus), 6);
+    }
+    const full = sampleToken(logits, 0.7, 1, rng);
+    expect(full.sampledLogprob).toBe(full.logprob);
+    expect(sampleToken(logits, 0, 1, rng).sampledLogprob).toBe(0);
+  });
+
   it("keeps to the nucleus under top_p", () => {
     // Probabilities at T=1 are about [0.53, 0.19, 0.12, 0.03, 0.07]: top_p 0.6 keeps tokens 0 and 1.
     const rng = new SeededRandom(9);
@@ -66,6 +80,10 @@ describe("checkpoint follower", () => {
   it("maps the newest version to the pool's target", () => {
     expect(targetVersion("current", 7, 3)).toBe(7);
     expect(targetVersion("stale", 7, 3)).toBe(6);
+    // only every 4th version is published (trainer.checkpointEvery 4): round down to one
+    expect(targetVersion("stale", 13, 3, 4)).toBe(12);
+    expect(targetVersion("stale", 11, 3, 4)).toBe(8);
+    expect(targetVersion("current", 13, 3, 4)).toBe(13);
     expect(targetVersion("stale", 2, 3)).toBe(0);
   });
 

@@ -164,6 +164,7 @@ export function createPolicyServer(options: PolicyServerOptions): PolicyServer {
       agentrl: {
         token_ids: result.tokens,
         logprobs: result.logprobs,
+        sampled_logprobs: result.sampledLogprobs,
         policy_versions: result.versions,
         prompt_token_ids: [...prompt],
         prompt_truncated: false,

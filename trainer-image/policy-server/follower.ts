@@ -15,9 +15,15 @@ export interface PolicySource {
 /** `current` serves every new version; `stale` serves every K-th (versions 0, K, 2K, ...). */
 export type Pool = "current" | "stale";
 
-/** The version a pool should serve when `newest` is the newest published. */
-export function targetVersion(pool: Pool, newest: number, staleEvery: number): number {
-  return pool === "current" ? newest : newest - (newest % staleEvery);
+/**
+ * The version a pool should serve when `newest` is the newest published. The stale pool takes
+ * the last multiple of `staleEvery`, rounded down to a published version: the trainer makes a
+ * version every step but publishes only every `publishEvery`-th (trainer.checkpointEvery).
+ */
+export function targetVersion(pool: Pool, newest: number, staleEvery: number, publishEvery = 1): number {
+  if (pool === "current") return newest;
+  const stale = newest - (newest % staleEvery);
+  return stale - (stale % publishEvery);
 }
 
 /**
@@ -38,6 +44,8 @@ export class CheckpointFollower {
     private readonly options: {
       readonly pool: Pool;
       readonly staleEvery: number;
+      /** trainer.checkpointEvery: only every N-th version is published. @default 1 */
+      readonly publishEvery?: number;
       readonly pollSeconds: number;
       /** Version currently served. */
       readonly currentVersion: () => number;
@@ -65,7 +73,7 @@ export class CheckpointFollower {
   async pollOnce(): Promise<number | undefined> {
     const newest = await this.source.newestVersion();
     if (newest === undefined) return undefined;
-    const target = targetVersion(this.options.pool, newest, this.options.staleEvery);
+    const target = targetVersion(this.options.pool, newest, this.options.staleEvery, this.options.publishEvery);
     if (target <= this.options.currentVersion()) return undefined;
     const policy = await this.source.load(target);
     if (this.stopped) {

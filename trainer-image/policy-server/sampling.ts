@@ -1,8 +1,11 @@
 /**
- * Token sampling with a per-request seeded RNG. The reported log-prob is always
- * log_softmax(logits / temperature)[token] over the FULL vocabulary (the convention the trainer
- * recomputes), even when top_p restricts the candidates; temperature 0 means greedy and reports
- * log_softmax(logits)[token].
+ * Token sampling with a per-request seeded RNG. Each sampled token comes with two log-probs:
+ * - `logprob`: log_softmax(logits / temperature)[token] over the FULL vocabulary, the quantity
+ *   the trainer recomputes (what the rollout/trainer agreement check compares);
+ * - `sampledLogprob`: the log-prob under the distribution actually sampled from — the nucleus
+ *   renormalized when top_p < 1 (logprob − log of the nucleus mass), 0 for greedy (a point mass).
+ *   This is the behaviour policy of an exact importance ratio.
+ * Temperature 0 means greedy; its `logprob` is log_softmax(logits)[token].
  */
 
 import { seededRandom } from "../../shared/rl/random.ts";
@@ -21,7 +24,10 @@ export class SeededRandom {
 
 export interface Sampled {
   readonly token: number;
+  /** Full-vocabulary log-prob at the sampling temperature. */
   readonly logprob: number;
+  /** Log-prob under the (truncated, renormalized) distribution the token was drawn from. */
+  readonly sampledLogprob: number;
 }
 
 /** Samples one token from `logits` ([vocab]); see the module comment for the log-prob convention. */
@@ -43,7 +49,7 @@ export function sampleToken(logits: Float32Array, temperature: number, topP: num
   if (temperature === 0) {
     let best = 0;
     for (let j = 1; j < vocab; j++) if ((logits[j] as number) > (logits[best] as number)) best = j;
-    return { token: best, logprob: logprobOf(best) };
+    return { token: best, logprob: logprobOf(best), sampledLogprob: 0 };
   }
 
   let candidates: ArrayLike<number> | undefined;
@@ -60,23 +66,28 @@ export function sampleToken(logits: Float32Array, temperature: number, topP: num
     mass = cumulative;
   }
 
+  // log of the sampled distribution's share of the full one: 0 without a nucleus
+  const logShare = Math.log(mass / sum);
+  const sampled = (token: number): Sampled => {
+    const logprob = logprobOf(token);
+    return { token, logprob, sampledLogprob: logprob - logShare };
+  };
   let r = rng.next() * mass;
   if (candidates) {
     for (let i = 0; i < candidates.length; i++) {
       const token = candidates[i] as number;
       r -= weights[token] as number;
-      if (r < 0) return { token, logprob: logprobOf(token) };
+      if (r < 0) return sampled(token);
     }
-    const lastToken = candidates[candidates.length - 1] as number;
-    return { token: lastToken, logprob: logprobOf(lastToken) };
+    return sampled(candidates[candidates.length - 1] as number);
   }
   let lastPositive = 0;
   for (let j = 0; j < vocab; j++) {
     const w = weights[j] as number;
     if (w > 0) lastPositive = j;
     r -= w;
-    if (r < 0) return { token: j, logprob: logprobOf(j) };
+    if (r < 0) return sampled(j);
   }
   // Rounding left r at ~0: take the last token with any mass.
-  return { token: lastPositive, logprob: logprobOf(lastPositive) };
+  return sampled(lastPositive);
 }

@@ -19,8 +19,10 @@ export interface GenerationJob {
 export interface GenerationResult {
   /** Generated ids, including the stop token when finishReason is `stop`. */
   readonly tokens: number[];
-  /** log_softmax(logits / temperature)[token] of each generated token. */
+  /** log_softmax(logits / temperature)[token] of each generated token (full vocabulary). */
   readonly logprobs: number[];
+  /** Log-prob of each token under the distribution it was sampled from (nucleus renormalized; 0 when greedy). */
+  readonly sampledLogprobs: number[];
   /** Policy version whose weights produced each token's distribution. */
   readonly versions: number[];
   readonly finishReason: "stop" | "length";
@@ -60,13 +62,15 @@ interface Running extends Pending {
   readonly rng: SeededRandom;
   readonly tokens: number[];
   readonly logprobs: number[];
+  readonly sampledLogprobs: number[];
   readonly versions: number[];
 }
 
 /**
  * Continuous batching over a slot Decoder. One loop, one decode step at a time:
- *   1. switch weights if a new policy is pending (between steps, so in-flight sequences keep
- *      their KV caches and simply continue with the new weights; their per-token versions show it),
+ *   1. switch weights if a new policy is pending (between steps; the decoder recomputes the
+ *      in-flight sequences' KV caches with the new weights, so each token's recorded version and
+ *      log-prob are exactly those of the weights that produced it),
  *   2. drop aborted sequences, admit queued ones into free slots (prefill, first token sampled),
  *   3. one batched step for all active sequences, each sampled with its own temperature, top_p
  *      and seeded RNG, and retire the finished ones,
@@ -219,6 +223,7 @@ export class BatchScheduler {
         rng: new SeededRandom(pending.job.seed),
         tokens: [],
         logprobs: [],
+        sampledLogprobs: [],
         versions: [],
       };
       this.running.set(added.slot, running);
@@ -245,6 +250,7 @@ export class BatchScheduler {
     const sampled = sampleToken(logits, job.temperature, job.topP, running.rng);
     running.tokens.push(sampled.token);
     running.logprobs.push(sampled.logprob);
+    running.sampledLogprobs.push(sampled.sampledLogprob);
     running.versions.push(this.decoder.policyVersion);
     this.counters.generatedTokens += 1;
     if (this.options.stopTokenIds.includes(sampled.token)) {
@@ -268,6 +274,7 @@ export class BatchScheduler {
     running.resolve({
       tokens: running.tokens,
       logprobs: running.logprobs,
+      sampledLogprobs: running.sampledLogprobs,
       versions: running.versions,
       finishReason: outcome,
     });

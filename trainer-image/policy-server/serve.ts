@@ -63,7 +63,7 @@ export async function servePolicy(options: ServePolicyOptions): Promise<RunningP
   else {
     for (let polls = 0; first === undefined; polls++) {
       const newest = await newestVersion(initStore);
-      if (newest !== undefined) first = targetVersion(pool, newest, staleEvery);
+      if (newest !== undefined) first = targetVersion(pool, newest, staleEvery, config.trainer.checkpointEvery);
       else {
         if (initStore !== store) throw new PolicyServerStartError(`policy.init folder ${init} holds no policies/vN/`);
         if (polls % 30 === 0)
@@ -93,6 +93,7 @@ export async function servePolicy(options: ServePolicyOptions): Promise<RunningP
   const follower = new CheckpointFollower(source, {
     pool,
     staleEvery,
+    publishEvery: config.trainer.checkpointEvery,
     pollSeconds: config.policy.pollSeconds,
     currentVersion: server.version,
     install: (policy) => server.install(policy),
