@@ -1,10 +1,10 @@
 import type { ChatCodec } from "../../shared/chat/codec.ts";
 import type { RolloutConfig } from "../../shared/config/rollout.ts";
-import type { ControllerClient } from "../../shared/env/client.ts";
-import type { PolicyClient, PolicyEndpoint } from "../../shared/policy/client.ts";
+import { type ControllerClient, EnvEpisodeFailedError, isAgentOutcome } from "../../shared/env/client.ts";
+import { type PolicyClient, type PolicyEndpoint, PolicyUnavailableError } from "../../shared/policy/client.ts";
 import type { SampleStatus } from "../../shared/protocol/envApi.ts";
 import type { RolloutRequest, Trajectory } from "../../shared/protocol/messages.ts";
-import type { ChatMessage } from "../../shared/protocol/openai.ts";
+import type { ChatMessage, GenerationTrace } from "../../shared/protocol/openai.ts";
 import { hashString, seededRandomFrom } from "../../shared/rl/random.ts";
 import type { PolicyPool } from "./pool.ts";
 
@@ -37,7 +37,10 @@ export function trajectoryKey(experimentId: string, groupId: string, trajectoryI
 class TokenLog {
   readonly tokenIds: number[] = [];
   readonly lossMask: Array<0 | 1> = [];
+  /** Behaviour log-probs, of the kind `rollout.behaviorLogprobs` names. */
   readonly logprobs: number[] = [];
+  /** Full-vocabulary log-probs (what the trainer recomputes). */
+  readonly fullLogprobs: number[] = [];
   readonly policyVersion: number[] = [];
   readonly policyPool: Array<string | null> = [];
 
@@ -47,17 +50,25 @@ class TokenLog {
       this.tokenIds.push(id);
       this.lossMask.push(0);
       this.logprobs.push(0);
+      this.fullLogprobs.push(0);
       this.policyVersion.push(-1);
       this.policyPool.push(pool);
     }
   }
 
-  /** Generated tokens with their behaviour log-probs and versions: mask 1. */
-  generated(ids: readonly number[], logprobs: readonly number[], versions: readonly number[], pool: string): void {
+  /** Generated tokens with their behaviour and full log-probs and versions: mask 1. */
+  generated(
+    ids: readonly number[],
+    behaviour: readonly number[],
+    full: readonly number[],
+    versions: readonly number[],
+    pool: string,
+  ): void {
     ids.forEach((id, i) => {
       this.tokenIds.push(id);
       this.lossMask.push(1);
-      this.logprobs.push(logprobs[i] as number);
+      this.logprobs.push(behaviour[i] as number);
+      this.fullLogprobs.push(full[i] as number);
       this.policyVersion.push(versions[i] as number);
       this.policyPool.push(pool);
     });
@@ -75,17 +86,34 @@ function sameTokens(a: readonly number[], b: readonly number[]): boolean {
 }
 
 /**
+ * The behaviour log-probs of one generated turn, of the kind `rollout.behaviorLogprobs` names.
+ * A server that does not report sampled log-probs can stand in only where they equal the full
+ * ones (no nucleus, temperature > 0); otherwise the turn cannot be recorded exactly.
+ */
+function behaviourLogprobs(trace: GenerationTrace, rollout: RolloutConfig, pool: string): readonly number[] {
+  if (rollout.behaviorLogprobs === "full") return trace.logprobs;
+  if (trace.sampled_logprobs) return trace.sampled_logprobs;
+  if (rollout.topP === 1 && rollout.temperature > 0) return trace.logprobs;
+  throw new PolicyUnavailableError(
+    `policy ${pool}: rollout.behaviorLogprobs is "sampled" with top_p ${rollout.topP} / temperature ${rollout.temperature}, but the server reports no sampled_logprobs; use a server that does or set rollout.behaviorLogprobs: full`,
+  );
+}
+
+/**
  * One attempt at one rollout request: the agent loop of reference section 3.
  *
  * Prompt tokens (mask 0); per turn a policy drawn from the pool (seeded by trajectory, attempt
  * and turn), its generated ids + behaviour log-probs + per-token version and pool (mask 1); the
  * assistant message goes to the environment; its answer becomes observation tokens (mask 0).
  * Stops on `finish`, on `maxTurns` (`task limit reached`) or when the token budget is spent
- * (`agent context limit`). Non-completed episodes get `incompletePunishment`. Tokens from an
- * external endpoint carry no comparable log-probs, so they are kept as context (mask 0).
+ * (`agent context limit`). Only agent outcomes are scored (`isAgentOutcome`): a non-completed
+ * one gets `incompletePunishment`. Tokens from an external endpoint carry no comparable
+ * log-probs, so they are kept as context (mask 0).
  *
- * Infrastructure errors (env or policy unreachable, session lost) propagate after the session
- * is cancelled; the caller retries with a fresh session. `signal` (timeout, shutdown) does too.
+ * Environment and infrastructure failures are never scored: an env-side ending (`task error`,
+ * `cancelled`, `unknown`, at start_sample or later) throws {@link EnvEpisodeFailedError}, and
+ * unreachable env or policy, a lost session or `signal` (timeout, shutdown) propagate; the
+ * session is cancelled first and the caller retries with a fresh one.
  */
 export async function runEpisode(
   request: RolloutRequest,
@@ -111,6 +139,8 @@ export async function runEpisode(
   const started = await timed("env", () => env.startSample(request.task, request.index, { signal }));
   let ended = started.finish;
   try {
+    if (started.finish && !isAgentOutcome(started.status))
+      throw new EnvEpisodeFailedError(`start_sample: the environment ended the episode as "${started.status}"`);
     const messages: ChatMessage[] = [...started.messages];
     const tools = started.tools;
     const log = new TokenLog();
@@ -156,7 +186,13 @@ export async function runEpisode(
         if (trace.prompt_token_ids && !sameTokens(trace.prompt_token_ids, log.tokenIds)) counters.retokenizedTurns += 1;
         if (trace.prompt_truncated) counters.truncatedTurns += 1;
         generatedIds = trace.token_ids;
-        log.generated(trace.token_ids, trace.logprobs, trace.policy_versions, endpoint.pool);
+        log.generated(
+          trace.token_ids,
+          behaviourLogprobs(trace, rollout, endpoint.pool),
+          trace.logprobs,
+          trace.policy_versions,
+          endpoint.pool,
+        );
       } else {
         generatedIds = codec.assistantTokens(prev, generation.message, tools);
         log.context(generatedIds, endpoint.pool);
@@ -173,6 +209,8 @@ export async function runEpisode(
       envMetrics = answer.metrics;
       if (answer.finish) {
         ended = true;
+        if (!isAgentOutcome(answer.status))
+          throw new EnvEpisodeFailedError(`interact: the environment ended the episode as "${answer.status}"`);
         status = answer.status;
         envReward = answer.reward;
         break;
@@ -196,6 +234,8 @@ export async function runEpisode(
       tokenIds: log.tokenIds,
       lossMask: log.lossMask,
       logprobs: log.logprobs,
+      behaviorLogprobs: rollout.behaviorLogprobs,
+      ...(rollout.behaviorLogprobs === "full" ? {} : { fullLogprobs: log.fullLogprobs }),
       policyVersion: log.policyVersion,
       policyPool: log.policyPool,
       reward,

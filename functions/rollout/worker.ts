@@ -1,9 +1,10 @@
 import type { ExperimentConfig } from "../../shared/config/index.ts";
 import { EnvApiError } from "../../shared/env/client.ts";
-import { AgentRlError, parseJsonOrThrow, ValidationError } from "../../shared/errors.ts";
+import { AgentRlError } from "../../shared/errors.ts";
 import { createLogger, type Logger } from "../../shared/log.ts";
 import { PolicyClient, PolicyUnavailableError } from "../../shared/policy/client.ts";
-import { RolloutRequest, Trajectory, TrajectoryReady } from "../../shared/protocol/messages.ts";
+import { parseExperimentMessage } from "../../shared/protocol/envelope.ts";
+import { MemberDropped, RolloutRequest, Trajectory, TrajectoryReady } from "../../shared/protocol/messages.ts";
 import { sleep } from "../../shared/sleep.ts";
 import type { ReceivedMessage, Transport } from "../../shared/transport/types.ts";
 import { type EnvApi, type EpisodeCodec, runEpisode, trajectoryIdOf, trajectoryKey } from "./episode.ts";
@@ -31,11 +32,13 @@ export interface RolloutWorkerOptions {
 }
 
 /** What happened to one request message. */
-export type RequestOutcome = "done" | "duplicate" | "failed" | "released";
+export type RequestOutcome = "done" | "duplicate" | "dropped" | "failed" | "released";
 
 export interface RolloutSummary {
   readonly done: number;
   readonly duplicates: number;
+  /** Requests whose every attempt failed for environment or infrastructure reasons: announced as MemberDropped. */
+  readonly dropped: number;
   readonly failed: number;
   readonly released: number;
   /** Attempts abandoned for infrastructure reasons and retried with a fresh session. */
@@ -78,9 +81,11 @@ export function readyOf(trajectory: Trajectory, key: string): TrajectoryReady {
  * A rollout worker: consumes RolloutRequests, runs the agent loop with up to
  * `rollout.concurrency` episodes at once, stores each Trajectory, sends TrajectoryReady and only
  * then deletes the request. Every message is handled on its own: a malformed body goes to
- * `fail` (and after maxReceiveCount to the dead-letter queue) with its reason; infrastructure
- * failures are retried with a fresh session up to `rollout.maxAttempts` and never scored; a
- * request whose trajectory already exists (a redelivery) is only re-announced.
+ * `fail` (and after maxReceiveCount to the dead-letter queue) with its reason; environment and
+ * infrastructure failures are retried with a fresh session up to `rollout.maxAttempts` and never
+ * scored, and after the last attempt the member is dropped: a MemberDropped event tells the
+ * trainer the group is one short, then the request is deleted. A request whose trajectory
+ * already exists (a redelivery) is only re-announced.
  *
  * @example
  * const stop = new AbortController();
@@ -99,7 +104,7 @@ export async function runRolloutWorker(
   const policy = options.policy ?? new PolicyClient(rollout.policyTimeoutSeconds * 1000);
   const shutdown = options.signal ?? new AbortController().signal;
   const visibility = config.transport.visibilityTimeoutSeconds;
-  const counts = { done: 0, duplicates: 0, failed: 0, released: 0, infraRetries: 0 };
+  const counts = { done: 0, duplicates: 0, dropped: 0, failed: 0, released: 0, infraRetries: 0 };
 
   const announce = async (trajectory: Trajectory, key: string): Promise<void> => {
     const ready = TrajectoryReady.parse(readyOf(trajectory, key));
@@ -110,14 +115,7 @@ export async function runRolloutWorker(
   const handle = async (message: ReceivedMessage): Promise<RequestOutcome> => {
     let request: RolloutRequest;
     try {
-      request = parseJsonOrThrow(RolloutRequest, message.body, "RolloutRequest");
-      if (request.experimentId !== config.experimentId)
-        throw new ValidationError("RolloutRequest", [
-          {
-            path: "experimentId",
-            message: `"${request.experimentId}" is not this worker's experiment "${config.experimentId}"`,
-          },
-        ]);
+      request = parseExperimentMessage(RolloutRequest, message.body, "RolloutRequest", config.experimentId);
     } catch (error) {
       await requests.fail(message.receiptHandle, describeError(error));
       log.warn({ messageId: message.id, reason: describeError(error) }, "rejected a rollout request");
@@ -177,11 +175,25 @@ export async function runRolloutWorker(
       await requests.changeVisibility(message.receiptHandle, 0).catch(() => {});
       return "released";
     }
-    await requests.fail(
-      message.receiptHandle,
-      `infrastructure failures in ${rollout.maxAttempts - request.attempt} attempts; last: ${describeError(lastError)}`,
-    );
-    return "failed";
+    const attempts = rollout.maxAttempts - request.attempt;
+    const dropped: MemberDropped = MemberDropped.parse({
+      schemaVersion: 1,
+      kind: "member-dropped",
+      trajectoryId,
+      experimentId: request.experimentId,
+      groupId: request.groupId,
+      groupSize: request.groupSize,
+      task: request.task,
+      attempts: Math.max(1, attempts),
+      reason: `environment or infrastructure failures in ${attempts} attempts; last: ${describeError(lastError)}`.slice(
+        0,
+        2000,
+      ),
+    });
+    await trajectories.send(JSON.stringify(dropped));
+    await requests.delete(message.receiptHandle);
+    log.warn({ trajectoryId, task: request.task, reason: dropped.reason }, "group member dropped");
+    return "dropped";
   };
 
   const processMessage = async (message: ReceivedMessage): Promise<void> => {
@@ -194,6 +206,7 @@ export async function runRolloutWorker(
       const outcome = await handle(message);
       if (outcome === "done") counts.done += 1;
       else if (outcome === "duplicate") counts.duplicates += 1;
+      else if (outcome === "dropped") counts.dropped += 1;
       else if (outcome === "failed") counts.failed += 1;
       else counts.released += 1;
     } catch (error) {

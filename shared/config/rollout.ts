@@ -17,6 +17,18 @@ export const RolloutConfig = z
     maxTotalTokens: z.number().int().min(16).default(2048).describe("token cap per trajectory (the paper: 8192)"),
     temperature: z.number().min(0).max(2).default(0.8).describe("sampling temperature"),
     topP: z.number().gt(0).max(1).default(1).describe("nucleus sampling"),
+    /**
+     * Which log-prob is recorded as each token's behaviour log-prob (the denominator of the PPO
+     * importance ratio). `sampled`: under the distribution the token was drawn from — with top_p
+     * < 1 the nucleus renormalized — so the ratio is exact. `full`: the full-vocabulary
+     * log_softmax(logits / T), which the trainer recomputes; with top_p < 1 it understates every
+     * sampled token's probability and biases the ratio upwards. Either way the trajectory keeps the
+     * full log-probs too, for the rollout/trainer agreement check.
+     */
+    behaviorLogprobs: z
+      .enum(["sampled", "full"])
+      .default("sampled")
+      .describe("behaviour log-prob of the importance ratio: of the sampled (truncated) or the full distribution"),
     /** Reward given to any episode whose final status is not `completed`. */
     incompletePunishment: z.number().default(-0.2).describe("reward of non-completed episodes"),
     /** Retries of infrastructure failures, each with a fresh session. */

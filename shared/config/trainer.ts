@@ -25,19 +25,22 @@ export const TrainerConfig = z
     dualClip: z.number().gt(1).default(3).describe("dual-clip constant c for negative advantages"),
     klCoef: z.number().min(0).default(1e-4).describe("KL-to-reference coefficient; 0 disables the reference"),
     advantageEps: z.number().positive().default(1e-6).describe("epsilon in advantage normalization"),
-    /** Versions a token may lag the trainer's policy; tokens older than this are handled by `stalePolicy`. */
-    maxStaleness: z.number().int().min(0).default(4).describe("staleness bound in policy versions"),
-    stalePolicy: z.enum(["drop", "importance-weight"]).default("drop").describe("what to do past the bound"),
     /**
-     * importance-weight only: tokens past the bound use the decoupled PPO objective (ratio against
-     * the trainer's pre-step log-probs) weighted by min(exp(pre-step - behaviour), cap).
+     * Versions a generated token may lag the trainer's weights (every optimizer step is a
+     * version). The bound covers every token, the stale pool's of cross-policy sampling too;
+     * tokens past it are handled by `stalePolicy`.
      */
+    maxStaleness: z.number().int().min(0).default(4).describe("staleness bound in policy versions, for every token"),
     /**
-     * Which tokens the bound applies to. `current`: tokens of the current pool only — the stale
-     * pool of cross-policy sampling is old on purpose (every staleEvery versions) and its tokens
-     * train through the PPO ratio against their own log-probs. `all`: every generated token.
+     * Past the bound: `importance-weight` trains the token with the decoupled PPO objective (ratio
+     * against the trainer's pre-step log-probs) weighted by min(exp(pre-step − behaviour),
+     * importanceWeightCap) — so the stale pool of cross-policy sampling, old on purpose, still
+     * teaches with a bounded weight; `drop` leaves the token out of the loss (counted).
      */
-    staleBoundApplies: z.enum(["current", "all"]).default("current").describe("pools the staleness bound covers"),
+    stalePolicy: z
+      .enum(["drop", "importance-weight"])
+      .default("importance-weight")
+      .describe("tokens past the bound: capped importance weight or dropped"),
     importanceWeightCap: z.number().positive().default(2).describe("cap of the behaviour importance weight"),
     /** An incomplete group older than this (a member dead-lettered) is dropped, counted and acknowledged. */
     groupTimeoutSeconds: z.number().positive().default(900).describe("wait for a group's last member (s)"),
@@ -45,7 +48,21 @@ export const TrainerConfig = z
     warmupFactor: z.number().min(1).default(1.7).describe("first step waits for this many batches"),
     /** Store Adam moments with each version (optimizer.safetensors, ~2x the weights) so a resume continues exactly. */
     saveOptimizerState: z.boolean().default(true).describe("checkpoint the Adam moments too"),
-    checkpointEvery: z.number().int().min(1).default(1).describe("publish a version every N steps"),
+    /**
+     * Every optimizer step makes a new version (version = base version + steps), so a version
+     * always names the weights that produced a token; only every N-th (and the last) is
+     * published to the checkpoint store and served (the stale pool rounds its every-K-th
+     * version down to a published one).
+     */
+    checkpointEvery: z.number().int().min(1).default(1).describe("publish every N-th version"),
+    /**
+     * Rollout/trainer agreement alarm: `policy/logp_gap_fresh` (mean |trainer − behaviour|
+     * full-vocabulary log-prob over tokens of the trainer's own weights) above this logs a
+     * warning naming the worst trajectory and marks the step in the report. A gap means the
+     * served model and the trained one differ (tokenization, numerics, a wrong version label).
+     */
+    logpGapAlarm: z.number().positive().default(1e-2).describe("warn when policy/logp_gap_fresh exceeds this (nats)"),
+    stopOnLogpGap: z.boolean().default(false).describe("stop the run when the log-prob gap alarm fires"),
   })
   .strict()
   .superRefine((t, ctx) => {

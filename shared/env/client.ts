@@ -53,6 +53,15 @@ export class EnvCapacityError extends EnvInfrastructureError {
   override readonly name = "EnvCapacityError";
 }
 
+/**
+ * The environment ended the episode with a status that is not the agent's doing (`task error`,
+ * `cancelled`, `unknown`): like a lost session, the attempt is abandoned, retried on a fresh
+ * session and never scored.
+ */
+export class EnvEpisodeFailedError extends EnvInfrastructureError {
+  override readonly name = "EnvEpisodeFailedError";
+}
+
 /** A 4xx the caller caused (malformed body, unknown task, index out of range): never retried. */
 export class EnvBadRequestError extends EnvApiError {
   override readonly name = "EnvBadRequestError";
@@ -256,7 +265,7 @@ export class ControllerClient {
  * and `unknown` are not the agent's doing: retry those with a fresh session, like an
  * {@link EnvInfrastructureError}. Agent outcomes: `completed`, `agent context limit`,
  * `agent validation failed`, `agent invalid action`, `task limit reached`.
- * @example if (turn.finish && !isAgentOutcome(turn.status)) retryWithFreshSession();
+ * @example if (turn.finish && !isAgentOutcome(turn.status)) throw new EnvEpisodeFailedError(turn.status);
  */
 export function isAgentOutcome(status: SampleStatus): boolean {
   return (

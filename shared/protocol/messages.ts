@@ -44,8 +44,15 @@ export const Trajectory = z
     tools: z.array(ToolSpec),
     tokenIds: z.array(z.number().int().nonnegative()),
     lossMask: z.array(z.union([z.literal(0), z.literal(1)])),
-    /** Behaviour (rollout-time) log-prob of each generated token; 0 where lossMask is 0. */
+    /** Behaviour (rollout-time) log-prob of each generated token, as `behaviorLogprobs` says; 0 where lossMask is 0. */
     logprobs: z.array(z.number()),
+    /** What `logprobs` holds: of the distribution sampled from (top_p's nucleus) or of the full vocabulary. */
+    behaviorLogprobs: z.enum(["sampled", "full"]).default("full"),
+    /**
+     * Full-vocabulary log-probs (what the trainer recomputes), when they differ from `logprobs`'s
+     * kind; the rollout/trainer agreement check compares against these.
+     */
+    fullLogprobs: z.array(z.number()).optional(),
     policyVersion: z.array(z.number().int().min(-1)),
     policyPool: z.array(z.string().nullable()),
     /** Final reward after the incomplete-episode punishment. */
@@ -66,9 +73,10 @@ export const Trajectory = z
   })
   .superRefine((t, ctx) => {
     const n = t.tokenIds.length;
-    for (const key of ["lossMask", "logprobs", "policyVersion", "policyPool"] as const) {
-      if (t[key].length !== n) {
-        ctx.addIssue({ code: "custom", path: [key], message: `length ${t[key].length} differs from tokenIds (${n})` });
+    for (const key of ["lossMask", "logprobs", "policyVersion", "policyPool", "fullLogprobs"] as const) {
+      const values = t[key];
+      if (values !== undefined && values.length !== n) {
+        ctx.addIssue({ code: "custom", path: [key], message: `length ${values.length} differs from tokenIds (${n})` });
       }
     }
   });
@@ -91,6 +99,29 @@ export const TrajectoryReady = z.object({
   maxVersion: z.number().int().min(-1),
 });
 export type TrajectoryReady = z.infer<typeof TrajectoryReady>;
+
+/**
+ * rollout worker -> trajectories queue -> trainer, instead of a TrajectoryReady: every attempt at
+ * this group member failed for reasons outside the agent (environment or infrastructure), so it
+ * has no trajectory. The trainer completes the group without it and counts it per task.
+ */
+export const MemberDropped = z.object({
+  schemaVersion: z.literal(1),
+  kind: z.literal("member-dropped"),
+  trajectoryId: id,
+  experimentId: id,
+  groupId: id,
+  groupSize: z.number().int().positive(),
+  task: z.string().min(1),
+  attempts: z.number().int().positive(),
+  /** The last failure, for the logs (capped). */
+  reason: z.string().max(2000),
+});
+export type MemberDropped = z.infer<typeof MemberDropped>;
+
+/** What the trajectories queue carries: a stored trajectory's event, or a member that has none. */
+export const TrajectoryEvent = z.union([MemberDropped, TrajectoryReady]);
+export type TrajectoryEvent = z.infer<typeof TrajectoryEvent>;
 
 /** trainer -> policy-events queue (and the checkpoint store's newest manifest) */
 export const PolicyPublished = z.object({

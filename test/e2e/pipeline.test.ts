@@ -84,7 +84,7 @@ async function runAndCheck(config: ExperimentConfig, base: string, faults = fals
 
   // The staleness bound holds for every trained token, and per-token versions were recorded.
   for (const record of records) {
-    expect(record.metrics["rollout/staleness_max_bounded"] ?? 0).toBeLessThanOrEqual(config.trainer.maxStaleness);
+    expect(record.metrics["rollout/staleness_max_plain"] ?? 0).toBeLessThanOrEqual(config.trainer.maxStaleness);
     expect(record.metrics["rollout/trajectories"]).toBeGreaterThan(0);
   }
 

@@ -6,7 +6,12 @@ import { runRolloutWorker } from "../../functions/rollout/worker.ts";
 import type { ChatCodec } from "../../shared/chat/index.ts";
 import { type ExperimentConfig, type ExperimentConfigInput, parseConfig } from "../../shared/config/index.ts";
 import { EnvSessionLostError } from "../../shared/env/client.ts";
-import { type RolloutRequest, Trajectory, type TrajectoryReady } from "../../shared/protocol/messages.ts";
+import {
+  MemberDropped,
+  type RolloutRequest,
+  Trajectory,
+  type TrajectoryReady,
+} from "../../shared/protocol/messages.ts";
 import { seededRandom } from "../../shared/rl/random.ts";
 import { createTransport } from "../../shared/transport/index.ts";
 import type { Transport } from "../../shared/transport/types.ts";
@@ -62,12 +67,12 @@ describe("rollout worker with the example task, a real controller and a fake pol
   async function runUntil(
     config: ExperimentConfig,
     count: number,
-    extra: { stale?: string; until?: () => Promise<boolean> } = {},
+    extra: { stale?: string; until?: () => Promise<boolean>; env?: EnvApi } = {},
   ) {
     const ready: TrajectoryReady[] = [];
     const stop = new AbortController();
     const worker = runRolloutWorker(config, transport, {
-      env: stack.client,
+      env: extra.env ?? stack.client,
       pool: new PolicyPool(config.rollout, { current: policy.url, stale: extra.stale }),
       codec,
       signal: stop.signal,
@@ -107,8 +112,11 @@ describe("rollout worker with the example task, a real controller and a fake pol
       const encoded = codec.encodeConversation(t.messages, t.tools);
       expect(t.tokenIds).toEqual(encoded.tokens);
       expect(t.lossMask).toEqual(encoded.lossMask);
+      // behaviour log-probs of the sampled distribution (the default), the full ones kept beside
+      expect(t.behaviorLogprobs).toBe("sampled");
       t.lossMask.forEach((m, i) => {
-        expect(t.logprobs[i]).toBe(m ? -0.5 : 0);
+        expect(t.logprobs[i]).toBe(m ? -0.25 : 0);
+        expect(t.fullLogprobs?.[i]).toBe(m ? -0.5 : 0);
         expect(t.policyVersion[i]).toBe(m ? 3 : -1);
         expect(t.policyPool[i]).toBe(m ? "current" : null);
       });
@@ -147,15 +155,81 @@ describe("rollout worker with the example task, a real controller and a fake pol
     await waitFor(() => stack.workers[0]?.sessionCount === 0, 5_000, "abandoned sessions cancelled");
   });
 
-  it("fails a request after maxAttempts infrastructure failures, with the reason", async () => {
+  it("retries an episode the environment ends outside the agent's control on a fresh session, never scoring it", async () => {
+    const config = configOf();
+    let starts = 0;
+    let interacts = 0;
+    const env: EnvApi = {
+      // attempt 0: start_sample itself fails (task error); attempt 1: cancelled mid-way; attempt 2: real
+      startSample: async (task, index, options) => {
+        starts += 1;
+        if (starts === 1)
+          return { sessionId: -1, messages: [], tools: [], status: "task error", finish: true, reward: 0, metrics: {} };
+        return stack.client.startSample(task, index, options);
+      },
+      interact: async (sessionId, message, options) => {
+        interacts += 1;
+        if (starts === 2 && interacts === 1) {
+          await stack.client.cancel(sessionId);
+          return { messages: [], finish: true, reward: 0, status: "cancelled", metrics: {} };
+        }
+        return stack.client.interact(sessionId, message, options);
+      },
+      cancel: (sessionId) => stack.client.cancel(sessionId),
+    };
+    await transport.queue("rollout-requests").send(JSON.stringify(requestsFor(config, 1)[0]));
+    const { ready, summary } = await runUntil(config, 1, { env });
+    expect(summary).toMatchObject({ done: 1, infraRetries: 2, dropped: 0, failed: 0 });
+    const t = await stored(ready[0]!.key);
+    expect(t).toMatchObject({ status: "completed", reward: 1, attempt: 2 });
+  });
+
+  it("after maxAttempts environment or infrastructure failures drops the member: MemberDropped, request deleted", async () => {
     policy.behaviour.failFirst = 1_000;
     const config = configOf({ rollout: { maxAttempts: 2 } });
-    await transport.queue("rollout-requests").send(JSON.stringify(requestsFor(config, 1)[0]));
+    const [request] = requestsFor(config, 1);
+    await transport.queue("rollout-requests").send(JSON.stringify(request));
     const requests = transport.queue("rollout-requests");
-    const { summary } = await runUntil(config, 0, { until: async () => (await requests.deadLetters()).length === 1 });
-    expect(summary.failed).toBeGreaterThanOrEqual(2);
-    const [dead] = await requests.deadLetters();
-    expect(dead?.reason).toMatch(/infrastructure failures in 2 attempts; last: PolicyUnavailableError/);
+    const trajectories = transport.queue("trajectories");
+    const { summary } = await runUntil(config, 0, {
+      until: async () => (await trajectories.approximateDepth()).visible === 1,
+    });
+    expect(summary).toMatchObject({ dropped: 1, done: 0, failed: 0, infraRetries: 2 });
+    const [message] = await trajectories.receive({ maxMessages: 1 });
+    const dropped = MemberDropped.parse(JSON.parse(message!.body));
+    expect(dropped).toMatchObject({
+      trajectoryId: trajectoryIdOf(request!),
+      groupId: request!.groupId,
+      task: "example",
+      attempts: 2,
+    });
+    expect(dropped.reason).toMatch(/failures in 2 attempts; last: PolicyUnavailableError/);
+    expect(await requests.approximateDepth()).toEqual({ visible: 0, inFlight: 0 });
+    expect(await requests.deadLetters()).toHaveLength(0);
+    expect(await transport.store("trajectories").list("trajectories/")).toHaveLength(0); // nothing scored
+  });
+
+  it("records behaviour log-probs as rollout.behaviorLogprobs says: full, or sampled only where exact", async () => {
+    const config = configOf({ rollout: { behaviorLogprobs: "full" } });
+    const [first, second] = requestsFor(config, 1);
+    await transport.queue("rollout-requests").send(JSON.stringify(first));
+    const full = await stored((await runUntil(config, 1)).ready[0]!.key);
+    expect(full.behaviorLogprobs).toBe("full");
+    expect(full.fullLogprobs).toBeUndefined();
+    expect(full.logprobs.filter((_, i) => full.lossMask[i] === 1).every((l) => l === -0.5)).toBe(true);
+
+    // a server without sampled log-probs under a nucleus cannot be recorded exactly: never scored, dropped
+    policy.behaviour.noSampled = true;
+    const nucleus = configOf({ rollout: { topP: 0.9, maxAttempts: 1 } });
+    await transport.queue("rollout-requests").send(JSON.stringify(second));
+    const trajectories = transport.queue("trajectories");
+    const before = (await trajectories.approximateDepth()).visible;
+    const { summary } = await runUntil(nucleus, 0, {
+      until: async () => (await trajectories.approximateDepth()).visible > before,
+    });
+    expect(summary.dropped).toBe(1);
+    const bodies = (await trajectories.receive({ maxMessages: 10 })).map((m) => m.body).join("\n");
+    expect(bodies).toMatch(/reports no sampled_logprobs; use a server that does or set rollout.behaviorLogprobs: full/);
   });
 
   it("sends bad bodies to the dead-letter queue with the failing field and keeps serving the rest", async () => {
@@ -173,7 +247,7 @@ describe("rollout worker with the example task, a real controller and a fake pol
     const reasons = (await requests.deadLetters()).map((d) => d.reason).join("\n");
     expect(reasons).toMatch(/not valid JSON/);
     expect(reasons).toMatch(/groupSize/);
-    expect(reasons).toMatch(/experimentId: "other" is not this worker's experiment/);
+    expect(reasons).toMatch(/experimentId: "other" is not this role's experiment/);
   });
 
   it("a redelivered request whose trajectory exists is re-announced, not re-run", async () => {

@@ -27,6 +27,8 @@ export interface FakePolicyBehaviour {
   delayMs: number;
   /** Leave the agentrl trace out (an external endpoint). */
   noTrace: boolean;
+  /** Leave `sampled_logprobs` out of the trace (a server that reports only full log-probs). */
+  noSampled: boolean;
 }
 
 export interface FakePolicy {
@@ -58,7 +60,8 @@ function expertTurn(messages: readonly ChatMessage[], mode: FakePolicyBehaviour[
 /**
  * An OpenAI-compatible fake policy server (shared/http.ts) that plays the example task's expert
  * and reports an agentrl trace made with the real chat codec: the generated ids are the
- * canonical assistant tokens, log-prob -0.5 each, every token of `behaviour.version`.
+ * canonical assistant tokens, log-prob -0.5 each (sampled log-prob -0.25, as if from a nucleus),
+ * every token of `behaviour.version`.
  */
 export async function startFakePolicy(
   codec: ChatCodec,
@@ -70,6 +73,7 @@ export async function startFakePolicy(
     failFirst: 0,
     delayMs: 0,
     noTrace: false,
+    noSampled: false,
     ...behaviour,
   };
   const requests: ChatCompletionRequest[] = [];
@@ -101,6 +105,7 @@ export async function startFakePolicy(
                 agentrl: {
                   token_ids: ids,
                   logprobs: ids.map(() => -0.5),
+                  ...(state.noSampled ? {} : { sampled_logprobs: ids.map(() => -0.25) }),
                   policy_versions: ids.map(() => state.version),
                   prompt_token_ids: body.agentrl?.prompt_token_ids ?? codec.promptTokens(body.messages, body.tools),
                 },

@@ -1,10 +1,11 @@
 import * as tf from "@tensorflow/tfjs";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { type ExperimentConfigInput, parseConfig } from "../../shared/config/index.ts";
+import { createLogger } from "../../shared/log.ts";
 import { listVersions } from "../../shared/model/checkpoint.ts";
 import { createPolicy } from "../../shared/model/transformer.ts";
 import type { TrainablePolicy } from "../../shared/model/types.ts";
-import { PolicyPublished, type TrajectoryReady } from "../../shared/protocol/messages.ts";
+import { type MemberDropped, PolicyPublished, type TrajectoryReady } from "../../shared/protocol/messages.ts";
 import type { StepMetrics } from "../../shared/protocol/metrics.ts";
 import { createTransport } from "../../shared/transport/index.ts";
 import type { Queue, Transport } from "../../shared/transport/types.ts";
@@ -34,6 +35,20 @@ function ready(groupId: string, sample: number, groupSize = 2): TrajectoryReady 
   };
 }
 
+function dropped(groupId: string, sample: number, groupSize = 2): MemberDropped {
+  return {
+    schemaVersion: 1,
+    kind: "member-dropped",
+    trajectoryId: `${groupId}-s${sample}`,
+    experimentId: "e",
+    groupId,
+    groupSize,
+    task: "db",
+    attempts: 3,
+    reason: "EnvEpisodeFailedError: task error",
+  };
+}
+
 describe("GroupBuffer", () => {
   it("releases only complete groups, oldest first, and counts redeliveries once", () => {
     const buffer = new GroupBuffer();
@@ -57,6 +72,20 @@ describe("GroupBuffer", () => {
     expect(buffer.expiredGroups(2_500, 1_000).map((g) => g.groupId)).toEqual(["slow"]);
   });
 
+  it("completes a group with members announced as dropped, which count as arrivals, not as trajectories", () => {
+    const buffer = new GroupBuffer();
+    buffer.add(ready("g", 0, 3), "r0", 10);
+    buffer.add(ready("g", 1, 3), "r1", 20);
+    expect(buffer.completeGroups()).toHaveLength(0);
+    expect(buffer.drop(dropped("g", 2, 3), "d2", 30)).toBe("added");
+    expect(buffer.drop(dropped("g", 2, 3), "d2-again", 40)).toBe("redelivered");
+    expect(buffer.drop(dropped("g", 0, 3), "d0", 40)).toBe("redelivered"); // it has a trajectory already
+    const [group] = buffer.completeGroups();
+    expect(group?.members.size).toBe(2);
+    expect([...(group?.dropped.keys() ?? [])]).toEqual(["g-s2"]);
+    expect(buffer.receipts().sort()).toEqual(["d0", "d2-again", "r1"]);
+  });
+
   it("the first step waits for warmupFactor batches", () => {
     expect(groupsNeeded(8, 1.7, true)).toBe(14);
     expect(groupsNeeded(8, 1.7, false)).toBe(8);
@@ -78,7 +107,7 @@ describe("prepareBatch: staleness and advantages", () => {
     expect(batch.metrics["rollout/stale_dropped"]).toBe(6);
     expect(batch.metrics["rollout/stale_dropped_trajectories"]).toBe(1);
     expect(batch.metrics["rollout/staleness_max"]).toBe(2);
-    expect(batch.metrics["rollout/staleness_max_bounded"]).toBe(2);
+    expect(batch.metrics["rollout/staleness_max_plain"]).toBe(2);
     expect(batch.metrics["staleness/2"]).toBe(6);
     expect(batch.rows.map((r) => r.trajectory)).toEqual([1]);
     expect(batch.tokens).toBe(6);
@@ -87,20 +116,22 @@ describe("prepareBatch: staleness and advantages", () => {
     expect(batch.rows[0]?.advantages.filter((a) => a !== 0)).toHaveLength(6);
   });
 
-  it("by default the bound covers the current pool only: cross-policy stale-pool tokens are old on purpose", () => {
+  it("bounds every token, the stale pool's included: by default past the bound means a capped importance weight", () => {
     const fromStalePool = t("g", 0, 1, 0);
     fromStalePool.policyPool = fromStalePool.policyPool.map((p) => (p ? "stale" : null));
-    const trajectories = [fromStalePool, t("g", 1, 0, 0)];
-    const bound = { ...trainerConfig, maxStaleness: 2, stalePolicy: "drop" as const };
-    const current = prepareBatch(trajectories, 5, bound, 1_000);
-    // current-pool tokens (staleness 5 > 2) dropped; stale-pool tokens kept and reported apart
-    expect(current.metrics["rollout/stale_dropped"]).toBe(6);
-    expect(current.metrics["rollout/staleness_max"]).toBe(5);
-    expect(current.metrics["rollout/staleness_max_bounded"]).toBe(0);
-    expect(current.rows.map((r) => r.trajectory)).toEqual([0]);
-    const all = prepareBatch(trajectories, 5, { ...bound, staleBoundApplies: "all" }, 1_000);
-    expect(all.metrics["rollout/stale_dropped"]).toBe(12);
-    expect(all.rows).toHaveLength(0);
+    const trajectories = [fromStalePool, t("g", 1, 0, 4)];
+    const bound = { ...trainerConfig, maxStaleness: 2 };
+    expect(bound.stalePolicy).toBe("importance-weight");
+    const weighted = prepareBatch(trajectories, 5, bound, 1_000);
+    // stale-pool tokens (staleness 5 > 2) flagged for the capped weight, like any other pool's
+    expect(weighted.metrics["rollout/importance_weighted"]).toBe(6);
+    expect(weighted.rows[0]?.pastBound.slice(8)).toEqual([1, 1, 1, 1, 1, 1]);
+    expect(weighted.rows[1]?.pastBound.every((f) => f === 0)).toBe(true);
+    expect(weighted.metrics["rollout/staleness_max"]).toBe(5);
+    expect(weighted.metrics["rollout/staleness_max_plain"]).toBe(1);
+    const dropped = prepareBatch(trajectories, 5, { ...bound, stalePolicy: "drop" }, 1_000);
+    expect(dropped.metrics["rollout/stale_dropped"]).toBe(6);
+    expect(dropped.rows.map((r) => r.trajectory)).toEqual([1]);
   });
 
   it("importance-weight mode keeps stale tokens with a capped weight and a proximal ratio", () => {
@@ -294,7 +325,7 @@ describe("runTrainer on the local transport with a tiny model", () => {
 
   it("honours the staleness bound across a resume and counts the drops exactly", async () => {
     // tokens of version 0 against a trainer at v1..: bound 0 drops everything older than the weights
-    const cfg = config({ trainer: { maxStaleness: 0, maxSteps: 2 } });
+    const cfg = config({ trainer: { maxStaleness: 0, maxSteps: 2, stalePolicy: "drop" } });
     await deliver(transport, batchOf(0));
     await runTrainer(cfg, transport, { waitSeconds: 0, maxStepsThisRun: 1 });
     await deliver(transport, batchOf(1)); // generated by v0, trained at v1: staleness 1 > 0
@@ -367,6 +398,127 @@ describe("runTrainer on the local transport with a tiny model", () => {
     trained.dispose();
     expect(after.x).toBeGreaterThan(before.x + 0.1);
     expect(after.y).toBeLessThan(before.y - 0.1);
+  });
+
+  it("trains a group without its dropped member, counts the drop per task and acknowledges it", async () => {
+    const [first, second, ...others] = batchOf(0);
+    await deliver(transport, [first!, ...others]);
+    await transport.queue("trajectories").send(
+      JSON.stringify({
+        schemaVersion: 1,
+        kind: "member-dropped",
+        trajectoryId: second!.trajectoryId,
+        experimentId: "tr",
+        groupId: second!.groupId,
+        groupSize: 2,
+        task: second!.task,
+        attempts: 10,
+        reason: "EnvEpisodeFailedError: task error",
+      }),
+    );
+    const lines: StepMetrics[] = [];
+    await runTrainer(config(), transport, { waitSeconds: 0, maxStepsThisRun: 1, metrics: (l) => void lines.push(l) });
+    const metrics = lines[0]!.metrics;
+    expect(metrics["rollout/trajectories"]).toBe(3);
+    expect(metrics["rollout/groups"]).toBe(2);
+    expect(metrics["rollout/env_failures"]).toBe(1);
+    expect(metrics["task/db/env_failures"]).toBe(1);
+    expect(metrics["task/os/env_failures"]).toBeUndefined();
+    expect(metrics["totals/env_failures"]).toBe(1);
+    const ledger = await readLedger(transport.store("checkpoints"), 1);
+    expect(ledger?.consumed).toContain(second!.trajectoryId);
+    expect(await transport.queue("trajectories").approximateDepth()).toEqual({ visible: 0, inFlight: 0 });
+  });
+
+  it("every step is a version: with checkpointEvery 2 staleness counts unpublished steps, and only even versions are published", async () => {
+    const cfg = config({ trainer: { maxSteps: 3, checkpointEvery: 2, maxStaleness: 0, stalePolicy: "drop" } });
+    await deliver(transport, batchOf(0));
+    const lines: StepMetrics[] = [];
+    const summary = await runTrainer(cfg, transport, {
+      waitSeconds: 0,
+      metrics: (l) => void lines.push(l),
+      // every batch claims the newest published version (0, then 0 again, then 2)
+      onStep: (info) => {
+        if (info.step < 3)
+          void deliver(
+            transport,
+            batchOf(info.step).map((t) => ({
+              ...t,
+              policyVersion: t.policyVersion.map((v) => (v >= 0 ? info.step - (info.step % 2) : -1)),
+            })),
+          );
+      },
+    });
+    expect(summary).toMatchObject({ step: 3, version: 3 });
+    expect(lines.map((l) => l.version)).toEqual([1, 2, 3]);
+    expect(await listVersions(transport.store("checkpoints"))).toEqual([3, 2, 0]);
+    // step 2 trains at weights v1 (unpublished): v0 tokens are one version stale and past the bound
+    expect(lines[1]?.metrics["rollout/stale_dropped"]).toBe(24);
+    // step 3 trains at v2 on v2 tokens: fresh
+    expect(lines[2]?.metrics["rollout/stale_dropped"]).toBe(0);
+    expect(lines[2]?.metrics["staleness/0"]).toBe(24);
+  });
+
+  it("writes tokens/s and raises the log-prob gap alarm naming the worst trajectory; stopOnLogpGap stops unpublished", async () => {
+    const base = createPolicy(TINY_MODEL, 1);
+    const temperature = config().rollout.temperature;
+    // exact behaviour log-probs, except one trajectory whose are 0.5 nats off
+    const skewed = batchOf(0).map((t, i) => {
+      const logp = base.logProbs([Int32Array.from(t.tokenIds)], temperature)[0]!;
+      const off = i === 2 ? 0.5 : 0;
+      return { ...t, logprobs: t.lossMask.map((m, k) => (m ? (logp[k] as number) + off : 0)) };
+    });
+    base.dispose();
+    await deliver(transport, skewed);
+    const lines: StepMetrics[] = [];
+    const logged: string[] = [];
+    const log = createLogger({ role: "trainer" }, { write: (line: string) => void logged.push(line) });
+    await runTrainer(config(), transport, {
+      waitSeconds: 0,
+      maxStepsThisRun: 1,
+      log,
+      metrics: (l) => void lines.push(l),
+    });
+    expect(lines[0]?.metrics["throughput/tokens_per_s"]).toBeGreaterThan(0);
+    expect(lines[0]?.metrics["policy/logp_gap_fresh"]).toBeCloseTo(0.5 / 4, 3);
+    expect(lines[0]?.metrics["policy/logp_gap_alarm"]).toBe(1);
+    const warning = logged.map((l) => JSON.parse(l)).find((l) => /logpGapAlarm/.test(l.msg));
+    expect(warning?.worst).toMatchObject({ trajectoryId: skewed[2]!.trajectoryId });
+    expect(warning?.worst.gap).toBeCloseTo(0.5, 3);
+
+    // the same with stopOnLogpGap: a clear error, and the step is not published
+    await deliver(
+      transport,
+      batchOf(1).map((t) => ({ ...t, policyVersion: t.policyVersion.map((v) => (v >= 0 ? 1 : -1)) })),
+    );
+    await expect(
+      runTrainer(config({ trainer: { stopOnLogpGap: true } }), transport, { waitSeconds: 0, maxStepsThisRun: 1 }),
+    ).rejects.toThrow(/logp_gap_fresh .* exceeds trainer.logpGapAlarm 0.01 at step 2 .*not published/);
+    expect(await listVersions(transport.store("checkpoints"))).toEqual([1, 0]);
+  });
+
+  it("checks agreement on the full log-probs while the ratio uses the sampled ones", async () => {
+    const base = createPolicy(TINY_MODEL, 1);
+    const temperature = config().rollout.temperature;
+    // as if drawn from a nucleus: sampled log-probs above the full ones, which the trainer reproduces
+    const nucleus = batchOf(0).map((t) => {
+      const logp = base.logProbs([Int32Array.from(t.tokenIds)], temperature)[0]!;
+      const full = t.lossMask.map((m, k) => (m ? (logp[k] as number) : 0));
+      return {
+        ...t,
+        behaviorLogprobs: "sampled" as const,
+        logprobs: full.map((l) => (l ? l + 0.3 : 0)),
+        fullLogprobs: full,
+      };
+    });
+    base.dispose();
+    await deliver(transport, nucleus);
+    const lines: StepMetrics[] = [];
+    await runTrainer(config(), transport, { waitSeconds: 0, maxStepsThisRun: 1, metrics: (l) => void lines.push(l) });
+    expect(lines[0]?.metrics["policy/logp_gap_fresh"]).toBeLessThan(1e-4);
+    expect(lines[0]?.metrics["policy/logp_gap_alarm"]).toBe(0);
+    // ratio exp(full - sampled) = exp(-0.3) < 1 - clipLow on every token: all below the clip range
+    expect(lines[0]?.metrics["policy/approx_kl"]).toBeGreaterThan(0.01);
   });
 
   it("rejects malformed events with the failing field and trains the rest", async () => {

@@ -58,6 +58,7 @@ export function fakeTrajectory(
     tokenIds,
     lossMask,
     logprobs: lossMask.map((m) => (m ? -5.7 : 0)),
+    behaviorLogprobs: "full",
     policyVersion: lossMask.map((m) => (m ? version : -1)),
     policyPool: lossMask.map((m) => (m ? "current" : null)),
     reward,

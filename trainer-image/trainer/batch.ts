@@ -18,6 +18,8 @@ export interface BatchRow {
   readonly lossMask: number[];
   /** Behaviour log-probs; replaced by the pre-step log-probs on importance-weighted tokens. */
   readonly oldLogp: number[];
+  /** Full-vocabulary behaviour log-probs: what the trainer's own log-probs must reproduce. */
+  readonly fullLogp: number[];
   readonly advantages: number[];
   /** 1 where a token is past the bound and kept with importance weighting. */
   readonly pastBound: number[];
@@ -42,22 +44,18 @@ export function tokenStaleness(currentVersion: number, tokenVersion: number): nu
 }
 
 /**
- * Prepares a step. `currentVersion` is the version of the trainer's weights; tokens more than
- * `maxStaleness` versions older are dropped (`stalePolicy: drop`) or flagged for importance
- * weighting. Sequences are cut to `maxLength` tokens.
+ * Prepares a step. `currentVersion` is the version of the trainer's weights (every optimizer
+ * step makes a new version, published or not). Every generated token is bounded, the stale
+ * pool's included: one more than `maxStaleness` versions older is dropped (`stalePolicy: drop`)
+ * or flagged for decoupled PPO with a capped importance weight (`importance-weight`).
+ * Sequences are cut to `maxLength` tokens.
  */
 export function prepareBatch(
   trajectories: readonly Trajectory[],
   currentVersion: number,
   trainer: Pick<
     TrainerConfig,
-    | "estimator"
-    | "taskAdvantageNorm"
-    | "advantageEps"
-    | "maxStaleness"
-    | "stalePolicy"
-    | "staleBoundApplies"
-    | "skipUniformGroups"
+    "estimator" | "taskAdvantageNorm" | "advantageEps" | "maxStaleness" | "stalePolicy" | "skipUniformGroups"
   >,
   maxLength: number,
 ): PreparedBatch {
@@ -67,8 +65,8 @@ export function prepareBatch(
     "rollout/importance_weighted": 0,
     "rollout/staleness_max": 0,
     "rollout/truncated": 0,
-    /** Largest staleness among trained tokens the bound covers (≤ maxStaleness in drop mode). */
-    "rollout/staleness_max_bounded": 0,
+    /** Largest staleness among tokens trained with the plain PPO ratio (≤ maxStaleness: the rest are weighted or dropped). */
+    "rollout/staleness_max_plain": 0,
   };
   const uniform = uniformGroups(
     trajectories.map((t) => t.reward),
@@ -100,14 +98,15 @@ export function prepareBatch(
       if (t.lossMask[i] !== 1 || i === 0) continue; // position 0 has no log-prob (nothing precedes it)
       hadTokens = true;
       const staleness = tokenStaleness(currentVersion, t.policyVersion[i] as number);
-      const bounded = trainer.staleBoundApplies === "all" || t.policyPool[i] === "current";
-      if (bounded && staleness > trainer.maxStaleness) {
+      if (staleness > trainer.maxStaleness) {
         if (trainer.stalePolicy === "drop") {
           metrics["rollout/stale_dropped"]! += 1;
           continue;
         }
         flagged[i] = 1;
         metrics["rollout/importance_weighted"]! += 1;
+      } else {
+        metrics["rollout/staleness_max_plain"] = Math.max(metrics["rollout/staleness_max_plain"]!, staleness);
       }
       mask[i] = 1;
       if (staleness === 0) fresh[i] = 1;
@@ -115,8 +114,6 @@ export function prepareBatch(
       generated += 1;
       stalenessSum += staleness;
       metrics["rollout/staleness_max"] = Math.max(metrics["rollout/staleness_max"]!, staleness);
-      if (bounded)
-        metrics["rollout/staleness_max_bounded"] = Math.max(metrics["rollout/staleness_max_bounded"]!, staleness);
       metrics[`staleness/${staleness}`] = (metrics[`staleness/${staleness}`] ?? 0) + 1;
     }
     if (hadTokens && kept === 0) metrics["rollout/stale_dropped_trajectories"]! += 1;
@@ -150,6 +147,7 @@ export function prepareBatch(
       tokens: Int32Array.from(t.tokenIds.slice(0, mask.length)),
       lossMask: mask,
       oldLogp: t.logprobs.slice(0, mask.length),
+      fullLogp: (t.fullLogprobs ?? t.logprobs).slice(0, mask.length),
       advantages: tokenAdvantages[i] as number[],
       pastBound: pastBound[i] as number[],
       fresh: freshMasks[i] as number[],
@@ -177,20 +175,4 @@ export function importanceWeights(
     oldLogp[i] = prox;
   });
   return { oldLogp, weights };
-}
-
-/** Per-task reward, success (completed with reward > 0) and counts of a step's trajectories. */
-export function taskMetrics(trajectories: readonly Trajectory[]): Record<string, number> {
-  const byTask = new Map<string, Trajectory[]>();
-  for (const t of trajectories) byTask.set(t.task, [...(byTask.get(t.task) ?? []), t]);
-  const out: Record<string, number> = {};
-  for (const [task, list] of byTask) {
-    const n = list.length;
-    out[`task/${task}/reward`] = list.reduce((s, t) => s + t.reward, 0) / n;
-    out[`task/${task}/success`] = list.filter((t) => t.status === "completed" && t.reward > 0).length / n;
-    out[`task/${task}/trajectories`] = n;
-    out[`task/${task}/turns`] = list.reduce((s, t) => s + t.turns, 0) / n;
-    out[`task/${task}/incomplete`] = list.filter((t) => t.status !== "completed").length / n;
-  }
-  return out;
 }

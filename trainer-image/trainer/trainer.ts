@@ -1,30 +1,41 @@
-import * as tf from "@tensorflow/tfjs";
 import type { ExperimentConfig } from "../../shared/config/index.ts";
-import { AgentRlError, parseJsonOrThrow, ValidationError } from "../../shared/errors.ts";
+import { AgentRlError } from "../../shared/errors.ts";
 import { createLogger, type Logger } from "../../shared/log.ts";
 import { initBackend } from "../../shared/model/backend.ts";
-import { loadCheckpoint, saveCheckpoint, versionPrefix } from "../../shared/model/checkpoint.ts";
+import { loadCheckpoint } from "../../shared/model/checkpoint.ts";
 import type { TransformerPolicy } from "../../shared/model/transformer.ts";
-import { type PolicyPublished, Trajectory, TrajectoryReady } from "../../shared/protocol/messages.ts";
+import { parseExperimentMessage } from "../../shared/protocol/envelope.ts";
+import { Trajectory, TrajectoryEvent } from "../../shared/protocol/messages.ts";
 import type { StepMetrics } from "../../shared/protocol/metrics.ts";
 import type { PpoParams } from "../../shared/rl/ppo.ts";
-import { padRows, ppoLossTensors } from "../../shared/rl/tensor.ts";
 import { sleep } from "../../shared/sleep.ts";
 import type { ReceivedMessage, Transport } from "../../shared/transport/types.ts";
-import { importanceWeights, prepareBatch, taskMetrics } from "./batch.ts";
-import { type BufferedGroup, GroupBuffer, groupsNeeded } from "./buffer.ts";
-import { addTotals, type Ledger, readLedger, writeLedger } from "./ledger.ts";
+import { prepareBatch } from "./batch.ts";
+import { type BufferedGroup, entriesOf, GroupBuffer, groupsNeeded } from "./buffer.ts";
+import { addTotals, type Ledger, readLedger } from "./ledger.ts";
+import { lossRows, trainOnRows } from "./loss.ts";
+import { logpGap, type StepCounts, stepMetrics, stepTotals } from "./metrics.ts";
+import { publishVersion } from "./publish.ts";
 
 /** The trainer cannot start (no checkpoint to train from, inconsistent state). */
 export class TrainerError extends AgentRlError {
   override readonly name = "TrainerError";
 }
 
+/** The rollout/trainer log-prob agreement alarm fired and `trainer.stopOnLogpGap` is set. */
+export class LogpGapError extends AgentRlError {
+  override readonly name = "LogpGapError";
+}
+
+const LOGP_GAP_WARNING =
+  "rollout/trainer log-prob gap above trainer.logpGapAlarm: the served policy and the trained one disagree on tokens of the same version";
+
 /** What one finished step reports to `onStep`. */
 export interface StepInfo {
   readonly step: number;
-  /** Version published by this step (the previous one when checkpointEvery skipped publishing). */
+  /** Version of the weights after this step (every step makes one). */
   readonly version: number;
+  /** Whether that version was published (every checkpointEvery-th, the last, and at shutdown). */
   readonly published: boolean;
   readonly trajectories: number;
   readonly metrics: Readonly<Record<string, number>>;
@@ -57,11 +68,12 @@ function describeError(error: unknown): string {
 }
 
 /**
- * The learner (reference section 4) on the event pipeline: consumes TrajectoryReady, buffers
- * whole groups, and per step: loads the trajectories (claim-check), applies the staleness bound
- * per token, computes advantages (+ task normalization), runs the PPO + KL loss through
- * `TrainablePolicy.trainStep` (Adam, gradient clipping), then publishes `policies/v{N+1}/`
- * (ledger first, manifest last), then PolicyPublished, then deletes the consumed messages.
+ * The learner (reference section 4) on the event pipeline: consumes TrajectoryReady (and
+ * MemberDropped), buffers whole groups, and per step: loads the trajectories (claim-check),
+ * applies the staleness bound per token, computes advantages (+ task normalization), runs the
+ * PPO + KL loss through `TrainablePolicy.trainStep` (Adam, gradient clipping); every step is a
+ * new version, and every checkpointEvery-th is published as `policies/v{N}/` (ledger first,
+ * manifest last), then PolicyPublished, then the consumed messages are deleted.
  *
  * @example
  * const stop = new AbortController();
@@ -104,6 +116,7 @@ export async function runTrainer(
   });
   const policy: TransformerPolicy = loaded.policy;
   let version = loaded.manifest.version;
+  let publishedVersion = version;
   const ledger: Ledger = (await readLedger(checkpoints, version)) ?? {
     schemaVersion: 1,
     experimentId: config.experimentId,
@@ -139,32 +152,30 @@ export async function runTrainer(
   const counters = { duplicates: 0, rejected: 0 };
   const abandoned: BufferedGroup[] = [];
   const receiveOne = async (message: ReceivedMessage): Promise<void> => {
-    let ready: TrajectoryReady;
+    let event: TrajectoryEvent;
     try {
-      ready = parseJsonOrThrow(TrajectoryReady, message.body, "TrajectoryReady");
-      if (ready.experimentId !== config.experimentId)
-        throw new ValidationError("TrajectoryReady", [
-          { path: "experimentId", message: `"${ready.experimentId}" is not this trainer's "${config.experimentId}"` },
-        ]);
+      event = parseExperimentMessage(TrajectoryEvent, message.body, "TrajectoryReady", config.experimentId);
     } catch (error) {
       counters.rejected += 1;
       await inbox.fail(message.receiptHandle, describeError(error));
       return;
     }
-    if (consumed.has(ready.trajectoryId)) {
+    if (consumed.has(event.trajectoryId)) {
       // already trained (or dropped): acknowledge once the ledger holding it is published
       counters.duplicates += 1;
-      if (unpublished.has(ready.trajectoryId)) pendingAcks.push(message.receiptHandle);
+      if (unpublished.has(event.trajectoryId)) pendingAcks.push(message.receiptHandle);
       else await inbox.delete(message.receiptHandle);
       return;
     }
-    if (buffer.add(ready, message.receiptHandle) === "redelivered") counters.duplicates += 1;
+    const added =
+      "kind" in event ? buffer.drop(event, message.receiptHandle) : buffer.add(event, message.receiptHandle);
+    if (added === "redelivered") counters.duplicates += 1;
   };
 
   const keepAlive = async (): Promise<void> => {
     if (Date.now() - lastKeepAlive < (visibility * 1000) / 3) return;
     lastKeepAlive = Date.now();
-    const waiting = abandoned.flatMap((g) => [...g.members.values()].map((m) => m.receiptHandle));
+    const waiting = abandoned.flatMap((g) => entriesOf(g).map((m) => m.receiptHandle));
     for (const receipt of [...buffer.receipts(), ...waiting, ...pendingAcks])
       await inbox.changeVisibility(receipt, visibility).catch(() => {});
   };
@@ -186,191 +197,92 @@ export async function runTrainer(
     return { trajectories: out, missing };
   };
 
+  /** Marks the step's groups consumed; their messages are acknowledged once a version holding them is published. */
+  const consume = (groups: readonly BufferedGroup[]): void => {
+    for (const group of groups)
+      for (const [id, entry] of [...group.members, ...group.dropped]) {
+        consumed.add(id);
+        unpublished.add(id);
+        pendingAcks.push(entry.receiptHandle, ...entry.olderReceipts);
+      }
+  };
+
+  const publish = async (metrics: Record<string, number>): Promise<void> => {
+    const publishStart = Date.now();
+    await options.beforePublish?.(version);
+    const ledgerOfVersion: Ledger = {
+      schemaVersion: 1,
+      experimentId: config.experimentId,
+      version,
+      step,
+      referenceVersion: ledger.referenceVersion,
+      consumed: [...consumed],
+      totals,
+    };
+    await publishVersion({
+      checkpoints,
+      events,
+      policy,
+      ledger: ledgerOfVersion,
+      parent: publishedVersion,
+      metrics,
+      tokenizerJson: loaded.tokenizerJson,
+      saveOptimizerState: trainer.saveOptimizerState,
+    });
+    publishedVersion = version;
+    unpublished.clear();
+    const acks = pendingAcks;
+    pendingAcks = [];
+    for (const receipt of acks)
+      await inbox.delete(receipt).catch((error: unknown) => {
+        // an older receipt of a redelivered message is no longer valid; the newest one was deleted
+        log.debug({ err: error }, "delete of an outdated receipt failed");
+      });
+    // After the manifest was written, so it lands in the metrics line only.
+    metrics["time/publish_seconds"] = (Date.now() - publishStart) / 1000;
+  };
+
+  /** One step: load -> prepareBatch -> log-probs -> trainStep -> metrics -> publish. */
   const trainOn = async (groups: BufferedGroup[], dropped: BufferedGroup[]): Promise<void> => {
     const stepStart = Date.now();
     const { trajectories, missing } = await loadTrajectories(groups);
     const batch = prepareBatch(trajectories, version, trainer, config.policy.model.contextLength);
-    const sequences = batch.rows.map((r) => r.tokens);
-    const refLogp = reference && sequences.length ? reference.logProbs(sequences, temperature) : undefined;
-    const needsProximal = batch.rows.some((r) => r.pastBound.some((f) => f === 1));
-    const proximal = needsProximal ? policy.logProbs(sequences, temperature) : undefined;
-    const rowInputs = batch.rows.map((row, i) => {
-      const weighted = proximal
-        ? importanceWeights(row, proximal[i] as Float32Array, trainer.importanceWeightCap)
-        : undefined;
-      return {
-        oldLogp: weighted?.oldLogp ?? row.oldLogp,
-        weights: weighted?.weights,
-        refLogp: refLogp?.[i],
-        advantages: row.advantages,
-        lossMask: row.lossMask,
-        fresh: row.fresh,
-      };
-    });
-    const sums = { pg: 0, kl: 0, clipped: 0, approxKl: 0, gap: 0, fresh: 0 };
-    let loss = 0;
-    let gradNorm = 0;
-    let skipped = 0;
-    if (sequences.length > 0) {
-      try {
-        const result = policy.trainStep(sequences, temperature, (logp, rows) => {
-          const width = logp.shape[1];
-          const picked = rows.map((r) => rowInputs[r]!);
-          const terms = ppoLossTensors(
-            {
-              logp,
-              oldLogp: padRows(
-                picked.map((p) => p.oldLogp),
-                width,
-              ),
-              refLogp: reference
-                ? padRows(
-                    picked.map((p) => p.refLogp ?? []),
-                    width,
-                  )
-                : undefined,
-              advantages: padRows(
-                picked.map((p) => p.advantages),
-                width,
-              ),
-              lossMask: padRows(
-                picked.map((p) => p.lossMask),
-                width,
-              ),
-              weights: proximal
-                ? padRows(
-                    picked.map((p) => p.weights ?? []),
-                    width,
-                  )
-                : undefined,
-            },
-            params,
-            batch.tokens,
-          );
-          // rollout/trainer agreement: |trainer logp - behaviour logp| on tokens of the trainer's own version
-          const fresh = padRows(
-            picked.map((p) => p.fresh),
-            width,
-          );
-          const behaviour = padRows(
-            picked.map((p) => p.oldLogp),
-            width,
-          );
-          const gap = tf.sum(tf.mul(tf.abs(tf.sub(logp, behaviour)), fresh));
-          const stats = tf
-            .stack([terms.pgSum, terms.klSum, terms.clippedCount, terms.approxKlSum, gap, tf.sum(fresh)])
-            .dataSync();
-          sums.pg += stats[0] as number;
-          sums.kl += stats[1] as number;
-          sums.clipped += stats[2] as number;
-          sums.approxKl += stats[3] as number;
-          sums.gap += stats[4] as number;
-          sums.fresh += stats[5] as number;
-          return terms.loss;
-        });
-        loss = result.loss;
-        gradNorm = result.gradNorm;
-      } catch (error) {
-        // a non-finite gradient leaves the weights unchanged; the batch is still consumed and counted
-        skipped = 1;
-        log.error({ err: error }, "optimizer step skipped");
-      }
-    }
+    const rows = lossRows(batch, policy, reference, temperature, trainer);
+    const result = trainOnRows(policy, batch, rows, temperature, params, (error) =>
+      log.error({ err: error }, "optimizer step skipped"),
+    );
     step += 1;
     stepsThisRun += 1;
-    const tokens = Math.max(batch.tokens, 1);
-    const trainedIds = [...groups, ...dropped].flatMap((g) => [...g.members.keys()]);
-    for (const id of trainedIds) {
-      consumed.add(id);
-      unpublished.add(id);
-    }
-    for (const g of [...groups, ...dropped])
-      for (const m of g.members.values()) pendingAcks.push(m.receiptHandle, ...m.olderReceipts);
+    version += 1; // every step makes new weights, and so a new version, published or not
+    consume([...groups, ...dropped]);
+    const gap = logpGap(batch, trajectories, result);
+    const alarm = gap.mean > trainer.logpGapAlarm;
     const now = Date.now();
-    const stepTotals: Record<string, number> = {
-      "totals/trajectories": trajectories.length,
-      "totals/tokens": batch.tokens,
-      "totals/stale_dropped": batch.metrics["rollout/stale_dropped"] ?? 0,
-      "totals/stale_dropped_trajectories": batch.metrics["rollout/stale_dropped_trajectories"] ?? 0,
-      "totals/importance_weighted": batch.metrics["rollout/importance_weighted"] ?? 0,
-      "totals/duplicates": counters.duplicates,
-      "totals/missing": missing,
-      "totals/groups_abandoned": dropped.length,
-      "totals/rejected": counters.rejected,
+    const counts: StepCounts = {
+      trajectories,
+      batch,
+      result,
+      logpGapFresh: gap.mean,
+      logpGapAlarm: alarm,
+      groups,
+      abandoned: dropped,
+      missing,
+      ...counters,
+      buffered: buffer.trajectoryCount,
+      secondsSinceLastStep: (now - lastStepAt) / 1000,
+      stepSeconds: (now - stepStart) / 1000,
     };
-    addTotals(totals, stepTotals);
-    const metrics: Record<string, number> = {
-      "loss/total": loss,
-      "loss/policy": sums.pg / tokens,
-      "loss/kl": sums.kl / tokens,
-      "policy/clip_frac": sums.clipped / tokens,
-      "policy/approx_kl": sums.approxKl / tokens,
-      "policy/grad_norm": gradNorm,
-      "policy/logp_gap_fresh": sums.fresh > 0 ? sums.gap / sums.fresh : 0,
-      "policy/step_skipped": skipped,
-      ...batch.metrics,
-      "rollout/trajectories": trajectories.length,
-      "rollout/groups": groups.length,
-      "rollout/tokens": batch.tokens,
-      "rollout/duplicates": counters.duplicates,
-      "rollout/missing": missing,
-      "rollout/groups_abandoned": dropped.length,
-      "rollout/buffered": buffer.trajectoryCount,
-      ...taskMetrics(trajectories),
-      "throughput/trajectories_per_s": trajectories.length / Math.max((now - lastStepAt) / 1000, 1e-3),
-      "time/step_seconds": (now - stepStart) / 1000,
-      ...Object.fromEntries(Object.entries(totals).map(([k, v]) => [k, v])),
-    };
+    addTotals(totals, stepTotals(counts));
+    const metrics = stepMetrics(counts, totals);
     counters.duplicates = 0;
     counters.rejected = 0;
     lastStepAt = now;
-
-    let published = false;
-    if (step % trainer.checkpointEvery === 0 || step >= trainer.maxSteps) {
-      const publishStart = Date.now();
-      const next = version + 1;
-      await options.beforePublish?.(next);
-      await writeLedger(checkpoints, {
-        schemaVersion: 1,
-        experimentId: config.experimentId,
-        version: next,
-        step,
-        referenceVersion: ledger.referenceVersion,
-        consumed: [...consumed],
-        totals,
-      });
-      const numeric = Object.fromEntries(Object.entries(metrics).filter(([, v]) => Number.isFinite(v)));
-      await saveCheckpoint(checkpoints, policy, {
-        version: next,
-        step,
-        parent: version,
-        metrics: numeric,
-        tokenizerJson: loaded.tokenizerJson,
-        optimizerState: trainer.saveOptimizerState,
-      });
-      const event: PolicyPublished = {
-        schemaVersion: 1,
-        experimentId: config.experimentId,
-        version: next,
-        key: versionPrefix(next),
-        step,
-        createdAt: new Date().toISOString(),
-      };
-      await events.send(JSON.stringify(event));
-      version = next;
-      published = true;
-      unpublished.clear();
-      const acks = pendingAcks;
-      pendingAcks = [];
-      for (const receipt of acks)
-        await inbox.delete(receipt).catch((error: unknown) => {
-          // an older receipt of a redelivered message is no longer valid; the newest one was deleted
-          log.debug({ err: error }, "delete of an outdated receipt failed");
-        });
-      // After the manifest was written, so it lands in the metrics line only.
-      metrics["time/publish_seconds"] = (Date.now() - publishStart) / 1000;
-    }
-    const line: StepMetrics = {
+    if (alarm) log.warn({ step, gap: gap.mean, alarm: trainer.logpGapAlarm, worst: gap.worst }, LOGP_GAP_WARNING);
+    const stopping = alarm && trainer.stopOnLogpGap;
+    const published =
+      !stopping && (version % trainer.checkpointEvery === 0 || step >= trainer.maxSteps || signal.aborted);
+    if (published) await publish(metrics);
+    await options.metrics?.({
       schemaVersion: 1,
       experimentId: config.experimentId,
       step,
@@ -378,13 +290,13 @@ export async function runTrainer(
       time: new Date().toISOString(),
       elapsedSeconds: (Date.now() - startedAt) / 1000,
       metrics,
-    };
-    await options.metrics?.(line);
+    });
     options.onStep?.({ step, version, published, trajectories: trajectories.length, metrics });
-    log.info(
-      { step, version, trajectories: trajectories.length, loss, staleDropped: metrics["rollout/stale_dropped"] },
-      "trainer step",
-    );
+    log.info({ step, version, published, trajectories: trajectories.length, loss: result.loss }, "trainer step");
+    if (stopping)
+      throw new LogpGapError(
+        `policy/logp_gap_fresh ${gap.mean.toPrecision(3)} exceeds trainer.logpGapAlarm ${trainer.logpGapAlarm} at step ${step} (worst: trajectory ${gap.worst?.trajectoryId} at ${gap.worst?.gap.toPrecision(3)}); the served policy's log-probs do not match the trained one's (tokenization, numerics or version labels). Stopped because trainer.stopOnLogpGap is set; step ${step} was not published.`,
+      );
   };
 
   const done = () =>

@@ -1,0 +1,132 @@
+import type { Trajectory } from "../../shared/protocol/messages.ts";
+import type { PreparedBatch } from "./batch.ts";
+import type { BufferedGroup } from "./buffer.ts";
+import type { StepResult } from "./loss.ts";
+
+/**
+ * What a step reports (one metrics.jsonl line) and what it adds to the cumulative totals kept in
+ * the ledger. Pure: counts in, numbers out.
+ */
+
+/** Per-task reward, success (completed with reward > 0) and counts of a step's trajectories. */
+export function taskMetrics(trajectories: readonly Trajectory[]): Record<string, number> {
+  const byTask = new Map<string, Trajectory[]>();
+  for (const t of trajectories) byTask.set(t.task, [...(byTask.get(t.task) ?? []), t]);
+  const out: Record<string, number> = {};
+  for (const [task, list] of byTask) {
+    const n = list.length;
+    out[`task/${task}/reward`] = list.reduce((s, t) => s + t.reward, 0) / n;
+    out[`task/${task}/success`] = list.filter((t) => t.status === "completed" && t.reward > 0).length / n;
+    out[`task/${task}/trajectories`] = n;
+    out[`task/${task}/turns`] = list.reduce((s, t) => s + t.turns, 0) / n;
+    out[`task/${task}/incomplete`] = list.filter((t) => t.status !== "completed").length / n;
+  }
+  return out;
+}
+
+/** Members dropped for environment or infrastructure failures, per task (`task/<t>/env_failures`) and in all. */
+export function envFailureMetrics(groups: readonly BufferedGroup[]): Record<string, number> {
+  const out: Record<string, number> = { "rollout/env_failures": 0 };
+  for (const group of groups)
+    for (const { dropped } of group.dropped.values()) {
+      out["rollout/env_failures"] = (out["rollout/env_failures"] as number) + 1;
+      const key = `task/${dropped.task}/env_failures`;
+      out[key] = (out[key] ?? 0) + 1;
+    }
+  return out;
+}
+
+/** The trajectory whose fresh tokens disagree most with the trainer, and by how much (mean nats). */
+export interface WorstGap {
+  readonly trajectoryId: string;
+  readonly gap: number;
+}
+
+/** Mean |trainer − behaviour| log-prob over all fresh tokens, and the worst trajectory's. */
+export function logpGap(
+  batch: PreparedBatch,
+  trajectories: readonly Trajectory[],
+  result: Pick<StepResult, "rowGap" | "rowFresh">,
+): { mean: number; worst?: WorstGap } {
+  let gap = 0;
+  let fresh = 0;
+  let worst: WorstGap | undefined;
+  batch.rows.forEach((row, i) => {
+    const rowGap = result.rowGap[i] as number;
+    const rowFresh = result.rowFresh[i] as number;
+    gap += rowGap;
+    fresh += rowFresh;
+    if (rowFresh > 0 && (!worst || rowGap / rowFresh > worst.gap))
+      worst = { trajectoryId: (trajectories[row.trajectory] as Trajectory).trajectoryId, gap: rowGap / rowFresh };
+  });
+  return { mean: fresh > 0 ? gap / fresh : 0, worst };
+}
+
+export interface StepCounts {
+  readonly trajectories: readonly Trajectory[];
+  readonly batch: PreparedBatch;
+  readonly result: StepResult;
+  readonly logpGapFresh: number;
+  readonly logpGapAlarm: boolean;
+  /** Complete groups trained this step, and those abandoned (a member never came). */
+  readonly groups: readonly BufferedGroup[];
+  readonly abandoned: readonly BufferedGroup[];
+  readonly missing: number;
+  readonly duplicates: number;
+  readonly rejected: number;
+  readonly buffered: number;
+  /** Wall seconds since the previous step ended (throughput) and spent in this one. */
+  readonly secondsSinceLastStep: number;
+  readonly stepSeconds: number;
+}
+
+/** Counters this step adds to the ledger's cumulative `totals/...`. */
+export function stepTotals(counts: StepCounts): Record<string, number> {
+  const { batch } = counts;
+  return {
+    "totals/trajectories": counts.trajectories.length,
+    "totals/tokens": batch.tokens,
+    "totals/stale_dropped": batch.metrics["rollout/stale_dropped"] ?? 0,
+    "totals/stale_dropped_trajectories": batch.metrics["rollout/stale_dropped_trajectories"] ?? 0,
+    "totals/importance_weighted": batch.metrics["rollout/importance_weighted"] ?? 0,
+    "totals/duplicates": counts.duplicates,
+    "totals/missing": counts.missing,
+    "totals/groups_abandoned": counts.abandoned.length,
+    "totals/rejected": counts.rejected,
+    "totals/env_failures": envFailureMetrics([...counts.groups, ...counts.abandoned])["rollout/env_failures"] ?? 0,
+  };
+}
+
+/** One step's metrics line: losses, agreement, batch counters, per-task figures, throughput, totals. */
+export function stepMetrics(counts: StepCounts, totals: Readonly<Record<string, number>>): Record<string, number> {
+  const { batch, result, trajectories } = counts;
+  const tokens = Math.max(batch.tokens, 1);
+  const interval = Math.max(counts.secondsSinceLastStep, 1e-3);
+  const generated = trajectories.reduce((sum, t) => sum + t.lossMask.reduce<number>((s, m) => s + m, 0), 0);
+  return {
+    "loss/total": result.loss,
+    "loss/policy": result.sums.pg / tokens,
+    "loss/kl": result.sums.kl / tokens,
+    "policy/clip_frac": result.sums.clipped / tokens,
+    "policy/approx_kl": result.sums.approxKl / tokens,
+    "policy/grad_norm": result.gradNorm,
+    "policy/logp_gap_fresh": counts.logpGapFresh,
+    "policy/logp_gap_alarm": counts.logpGapAlarm ? 1 : 0,
+    "policy/step_skipped": result.skipped,
+    ...batch.metrics,
+    "rollout/trajectories": trajectories.length,
+    "rollout/groups": counts.groups.length,
+    "rollout/tokens": batch.tokens,
+    "rollout/duplicates": counts.duplicates,
+    "rollout/missing": counts.missing,
+    "rollout/groups_abandoned": counts.abandoned.length,
+    "rollout/buffered": counts.buffered,
+    ...envFailureMetrics([...counts.groups, ...counts.abandoned]),
+    ...taskMetrics(trajectories),
+    "throughput/trajectories_per_s": trajectories.length / interval,
+    /** Generated tokens the step consumed, per wall second since the previous step. */
+    "throughput/tokens_per_s": generated / interval,
+    "time/step_seconds": counts.stepSeconds,
+    ...totals,
+  };
+}
