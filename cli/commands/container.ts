@@ -31,6 +31,8 @@ export function roleArgv(env: ContainerEnv, files: { configFile: string; sweepFi
         "env",
         "serve",
         env.AGENTRL_TASK,
+        // sessions per worker: the config's tasks.mix[].concurrency for this task
+        ...config,
         "--controller",
         env.AGENTRL_CONTROLLER_URL,
         "--host",

@@ -1,12 +1,13 @@
 import { type Command, InvalidArgumentError } from "commander";
 import { AgentRlError } from "../../shared/errors.ts";
+import { configFromOptions, withConfigOptions } from "../options.ts";
 import { intOption } from "./controller.ts";
 
 /** `agentrl env serve|check`: run a task worker, or check a task with its scripted agents. */
 export function register(program: Command): void {
   const env = program.command("env").description("environment task workers");
 
-  env
+  const serve = env
     .command("serve")
     .description("serve one task as an AgentRL task worker that registers with the controller")
     .argument("<task>", "task name from env-images/registry.ts")
@@ -18,41 +19,49 @@ export function register(program: Command): void {
       "address announced to the controller (default http://<host>:<port>/api)",
       urlOption("--address"),
     )
-    .option("--concurrency <n>", "sessions served at once (more answer 406)", intOption("--concurrency", 1), 32)
+    .option(
+      "--concurrency <n>",
+      "sessions served at once, more answer 406 (default: the config's tasks.mix[].concurrency for this task, else 32)",
+      intOption("--concurrency", 1),
+    )
     .option("--idle-timeout-ms <n>", "cancel sessions idle for this long", intOption("--idle-timeout-ms", 1), 240_000)
-    .option("--heartbeat-ms <n>", "heartbeat period", intOption("--heartbeat-ms", 10), 8_000)
-    .action(
-      async (
-        name: string,
-        options: {
-          controller: string;
-          port: number;
-          host: string;
-          address?: string;
-          concurrency: number;
-          idleTimeoutMs: number;
-          heartbeatMs: number;
-        },
-      ) => {
-        const module = await loadTask(name);
-        const { serveTask } = await import("../../shared/env/worker.ts");
-        const worker = await serveTask(module, {
-          port: options.port,
-          host: options.host,
-          controllerUrl: options.controller,
-          concurrency: options.concurrency,
-          idleTimeoutMs: options.idleTimeoutMs,
-          heartbeatMs: options.heartbeatMs,
-          address: options.address,
-        });
-        process.stdout.write(
-          `${JSON.stringify({ event: "listening", role: "env-worker", task: name, url: worker.url, address: worker.address })}\n`,
-        );
-        const stop = () => void worker.close().then(() => process.exit(0));
-        process.once("SIGINT", stop);
-        process.once("SIGTERM", stop);
+    .option("--heartbeat-ms <n>", "heartbeat period", intOption("--heartbeat-ms", 10), 8_000);
+
+  withConfigOptions(serve).action(
+    async (
+      name: string,
+      options: {
+        controller: string;
+        port: number;
+        host: string;
+        address?: string;
+        concurrency?: number;
+        idleTimeoutMs: number;
+        heartbeatMs: number;
+        config?: string;
+        set?: string[];
       },
-    );
+    ) => {
+      const module = await loadTask(name);
+      const concurrency = options.concurrency ?? (await concurrencyOf(name, options));
+      const { serveTask } = await import("../../shared/env/worker.ts");
+      const worker = await serveTask(module, {
+        port: options.port,
+        host: options.host,
+        controllerUrl: options.controller,
+        concurrency,
+        idleTimeoutMs: options.idleTimeoutMs,
+        heartbeatMs: options.heartbeatMs,
+        address: options.address,
+      });
+      process.stdout.write(
+        `${JSON.stringify({ event: "listening", role: "env-worker", task: name, url: worker.url, address: worker.address })}\n`,
+      );
+      const stop = () => void worker.close().then(() => process.exit(0));
+      process.once("SIGINT", stop);
+      process.once("SIGTERM", stop);
+    },
+  );
 
   env
     .command("check")
@@ -108,4 +117,16 @@ function urlOption(flag: string): (value: string) => string {
       throw new InvalidArgumentError(`${flag} must be an http(s) URL, got "${value}"`);
     }
   };
+}
+
+/** Sessions per worker from the experiment config's task mix (what infra and the launcher deploy). */
+export async function concurrencyOf(task: string, options: { config?: string; set?: string[] }): Promise<number> {
+  if (!options.config && !options.set?.length) return 32;
+  const config = await configFromOptions(options);
+  const entry = config.tasks.mix.find((t) => t.name === task);
+  if (!entry)
+    throw new InvalidArgumentError(
+      `task "${task}" is not in the config's tasks.mix (${config.tasks.mix.map((t) => t.name).join(", ")}); add it or pass --concurrency`,
+    );
+  return entry.concurrency;
 }

@@ -10,7 +10,6 @@ export const TaskMixEntry = z
     weight: z.number().positive().default(1).describe("share of rollout requests"),
     /** Train instances drawn from; smaller sets are replicated up to the largest (reference section 4). */
     trainInstances: z.number().int().min(1).default(10_000).describe("train indices used"),
-    testInstances: z.number().int().min(1).default(100).describe("test indices used for eval"),
     concurrency: z.number().int().min(1).default(16).describe("sessions per env worker"),
   })
   .strict();

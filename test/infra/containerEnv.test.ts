@@ -1,5 +1,8 @@
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { roleArgv } from "../../cli/commands/container.ts";
+import { concurrencyOf } from "../../cli/commands/env.ts";
 import {
   type ContainerEnv,
   parseContainerEnv,
@@ -7,6 +10,7 @@ import {
   startContainer,
 } from "../../shared/config/containerEnv.ts";
 import { ValidationError } from "../../shared/errors.ts";
+import { tempDir } from "../support/tmp.ts";
 
 const resources = {
   AGENTRL_QUEUE_PREFIX: "exp1",
@@ -161,7 +165,16 @@ describe("roleArgv", () => {
       env({ AGENTRL_ROLE: "env", AGENTRL_TASK: "db", AGENTRL_CONTROLLER_URL: "http://c:5020", AGENTRL_PORT: "5021" }),
       files,
     );
-    expect(worker.slice(0, 5)).toEqual(["env", "serve", "db", "--controller", "http://c:5020"]);
+    // the config travels too: the worker takes its sessions from tasks.mix[].concurrency
+    expect(worker.slice(0, 7)).toEqual([
+      "env",
+      "serve",
+      "db",
+      "--config",
+      "/tmp/c.json",
+      "--controller",
+      "http://c:5020",
+    ]);
     expect(worker[worker.indexOf("--address") + 1]).toMatch(/^http:\/\/\d+\.\d+\.\d+\.\d+:5021\/api$/);
     expect(roleArgv(env({ AGENTRL_ROLE: "trainer" }), files)).toEqual(["trainer", "--config", "/tmp/c.json"]);
     expect(
@@ -189,5 +202,19 @@ describe("roleArgv", () => {
       "sweep",
       "/tmp/s.json",
     ]);
+  });
+});
+
+describe("env worker sessions from the config", () => {
+  it("serves tasks.mix[].concurrency of its task, names the mix when the task is missing", async () => {
+    const dir = tempDir("env-concurrency-");
+    const file = join(dir, "config.json");
+    writeFileSync(file, JSON.stringify({ tasks: { mix: [{ name: "db", concurrency: 5 }, { name: "os" }] } }));
+    expect(await concurrencyOf("db", { config: file })).toBe(5);
+    expect(await concurrencyOf("os", { config: file })).toBe(16);
+    expect(await concurrencyOf("db", {})).toBe(32);
+    await expect(concurrencyOf("kg", { config: file })).rejects.toThrow(
+      /"kg" is not in the config's tasks.mix \(db, os\)/,
+    );
   });
 });
