@@ -216,6 +216,15 @@ function pairedTableHtml(reports: readonly EvalReport[]): string {
   return `<table>${head}${body.join("")}</table>`;
 }
 
+/** A warning naming the steps whose rollout/trainer log-prob gap passed trainer.logpGapAlarm; "" when none did. */
+export function logpGapAlarmHtml(records: readonly StepMetrics[]): string {
+  const alarmed = records.filter((r) => r.metrics["policy/logp_gap_alarm"] === 1);
+  if (alarmed.length === 0) return "";
+  const worst = Math.max(...alarmed.map((r) => r.metrics["policy/logp_gap_fresh"] ?? 0));
+  const steps = alarmed.map((r) => r.step).join(", ");
+  return `<p class="alarm"><b>Log-prob gap alarm</b> at step${alarmed.length > 1 ? "s" : ""} ${steps}: the rollout log-probs of tokens from the trainer's own weights differ from the trainer's by up to ${worst.toPrecision(3)} nats (above trainer.logpGapAlarm). The served and the trained policy disagree; the trainer log names the worst trajectory.</p>`;
+}
+
 export interface ReportInput {
   readonly title: string;
   readonly records: readonly StepMetrics[];
@@ -241,9 +250,14 @@ export function renderReport(input: ReportInput): string {
         "trainer step",
         tasks.map((t) => seriesOf(records, `task/${t}/reward`, t)),
       ),
-      lineChart("Throughput", "trainer step", [
+      lineChart("Throughput (trajectories/s)", "trainer step", [
         seriesOf(records, "throughput/trajectories_per_s", "trajectories/s"),
-        seriesOf(records, "throughput/tokens_per_s", "kilotokens/s"),
+      ]),
+      lineChart("Throughput (generated tokens/s)", "trainer step", [
+        seriesOf(records, "throughput/tokens_per_s", "tokens/s"),
+      ]),
+      lineChart("Rollout/trainer log-prob gap (nats, fresh tokens)", "trainer step", [
+        seriesOf(records, "policy/logp_gap_fresh", "logp gap"),
       ]),
       lineChart("Losses", "trainer step", [
         seriesOf(records, "loss/policy", "policy"),
@@ -256,13 +270,15 @@ export function renderReport(input: ReportInput): string {
   if (histogram.length > 0)
     charts.push(barChart("Staleness of trained tokens (policy versions behind)", "versions behind", histogram));
   const facts = input.facts.map(([k, v]) => `<tr><th>${escapeXml(k)}</th><td>${escapeXml(v)}</td></tr>`).join("");
+  const alarms = logpGapAlarmHtml(records);
   return `<!doctype html>
 <html><head><meta charset="utf-8"><title>${escapeXml(input.title)}</title>
 <style>body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;margin:1em 0}
-td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}th{background:#f4f4f4}.charts{display:flex;flex-wrap:wrap;gap:16px}</style>
+td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}th{background:#f4f4f4}.charts{display:flex;flex-wrap:wrap;gap:16px}.alarm{background:#fde8e8;border:1px solid #c00;padding:8px}</style>
 </head><body>
 <h1>${escapeXml(input.title)}</h1>
 <table>${facts}</table>
+${alarms}
 <h2>Test success (%)</h2>
 ${input.evals.length > 0 ? evalTableHtml(input.evals) + pairedTableHtml(input.evals) : "<p>No evaluation was run.</p>"}
 <h2>Training curves</h2>

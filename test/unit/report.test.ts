@@ -166,9 +166,20 @@ describe("run report", () => {
     // Greedy cells hold the success only; sampled ones add pass@k.
     expect(html).toContain("<td>v1</td><td>50.0</td><td>50.0</td>");
     expect(html).toContain("<td>25.0 <small>pass@8 75.0</small></td>");
-    expect(html.match(/<svg/g)?.length).toBe(5);
+    expect(html.match(/<svg/g)?.length).toBe(7);
+    expect(html).not.toContain("Log-prob gap alarm");
     expect(html).toContain(">db</text>");
     expect(html).toContain("Staleness of trained tokens");
+  });
+
+  it("marks the steps whose log-prob gap passed the alarm, with the worst gap", () => {
+    const alarmed = [
+      record(0, { "policy/logp_gap_fresh": 0.001, "policy/logp_gap_alarm": 0 }),
+      record(1, { "policy/logp_gap_fresh": 0.25, "policy/logp_gap_alarm": 1 }),
+      record(2, { "policy/logp_gap_fresh": 0.05, "policy/logp_gap_alarm": 1 }),
+    ];
+    const html = renderReport({ title: "gap", records: alarmed, evals: [], facts: [] });
+    expect(html).toMatch(/Log-prob gap alarm<\/b> at steps 1, 2: .* up to 0\.250 nats/);
   });
 
   it("says so when nothing was recorded", () => {
