@@ -44,11 +44,16 @@ export const PolicyConfig = z
       .min(1)
       .optional()
       .describe("base checkpoint folder imported as v0 (default: trainer-image/base-policy)"),
-    /** Checkpoint to start from: `newest`, a version number, or a path to a local checkpoint folder. */
+    /**
+     * What a pinned policy server serves (`agentrl policy serve --pin`, the closing evaluation's
+     * servers): `newest`, a version number, or a path to a local checkpoint folder. The trainer
+     * always continues the newest version of its own store (its ledger is there); a run starts
+     * from `policy.base`.
+     */
     init: z
       .union([z.string().min(1), z.number().int().nonnegative().transform(String)])
       .default("newest")
-      .describe("starting checkpoint"),
+      .describe("version a pinned policy server serves: newest, a version number or a checkpoint folder"),
   })
   .strict();
 export type PolicyConfig = z.infer<typeof PolicyConfig>;
