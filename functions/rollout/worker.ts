@@ -1,5 +1,5 @@
 import type { ExperimentConfig } from "../../shared/config/index.ts";
-import { EnvApiError } from "../../shared/env/client.ts";
+import { EnvApiError, EnvCapacityError } from "../../shared/env/client.ts";
 import { AgentRlError } from "../../shared/errors.ts";
 import { createLogger, type Logger } from "../../shared/log.ts";
 import { PolicyClient, PolicyUnavailableError } from "../../shared/policy/client.ts";
@@ -43,6 +43,8 @@ export interface RolloutSummary {
   readonly released: number;
   /** Attempts abandoned for infrastructure reasons and retried with a fresh session. */
   readonly infraRetries: number;
+  /** Starts refused for lack of a free env slot (406) and retried after a pause, no attempt used. */
+  readonly capacityWaits: number;
 }
 
 /** True for failures that are the infrastructure's, not the agent's: retry with a fresh session, never score. */
@@ -104,7 +106,7 @@ export async function runRolloutWorker(
   const policy = options.policy ?? new PolicyClient(rollout.policyTimeoutSeconds * 1000);
   const shutdown = options.signal ?? new AbortController().signal;
   const visibility = config.transport.visibilityTimeoutSeconds;
-  const counts = { done: 0, duplicates: 0, dropped: 0, failed: 0, released: 0, infraRetries: 0 };
+  const counts = { done: 0, duplicates: 0, dropped: 0, failed: 0, released: 0, infraRetries: 0, capacityWaits: 0 };
 
   const announce = async (trajectory: Trajectory, key: string): Promise<void> => {
     const ready = TrajectoryReady.parse(readyOf(trajectory, key));
@@ -136,6 +138,10 @@ export async function runRolloutWorker(
     }
 
     let lastError: unknown;
+    // Every env slot taken (406) is backpressure, not a failed attempt: wait without using one up,
+    // for at most the episode's own time limit in all.
+    const capacityWaitMs = rollout.episodeTimeoutSeconds * 1000;
+    let capacityWaited = 0;
     for (let attempt = request.attempt; attempt < rollout.maxAttempts; attempt++) {
       if (shutdown.aborted) break;
       const episode = new AbortController();
@@ -160,6 +166,14 @@ export async function runRolloutWorker(
           await requests.fail(message.receiptHandle, describeError(lastError));
           log.error({ trajectoryId, err: lastError }, "rollout request failed");
           return "failed";
+        }
+        if (lastError instanceof EnvCapacityError && capacityWaited < capacityWaitMs) {
+          const pause = Math.min(2_000, 2 * Math.max(rollout.retryBackoffMs, 10), capacityWaitMs - capacityWaited);
+          capacityWaited += pause;
+          counts.capacityWaits += 1;
+          await sleep(pause, shutdown);
+          attempt -= 1; // the same attempt again: no session was started
+          continue;
         }
         counts.infraRetries += 1;
         log.warn(

@@ -5,7 +5,7 @@ import { PolicyPool } from "../../functions/rollout/pool.ts";
 import { runRolloutWorker } from "../../functions/rollout/worker.ts";
 import type { ChatCodec } from "../../shared/chat/index.ts";
 import { type ExperimentConfig, type ExperimentConfigInput, parseConfig } from "../../shared/config/index.ts";
-import { EnvSessionLostError } from "../../shared/env/client.ts";
+import { EnvCapacityError, EnvSessionLostError } from "../../shared/env/client.ts";
 import {
   MemberDropped,
   type RolloutRequest,
@@ -182,6 +182,23 @@ describe("rollout worker with the example task, a real controller and a fake pol
     expect(summary).toMatchObject({ done: 1, infraRetries: 2, dropped: 0, failed: 0 });
     const t = await stored(ready[0]!.key);
     expect(t).toMatchObject({ status: "completed", reward: 1, attempt: 2 });
+  });
+
+  it("waits for a free env slot (406) without using up attempts", async () => {
+    const config = configOf({ rollout: { maxAttempts: 1 } });
+    let refusals = 3;
+    const env: EnvApi = {
+      startSample: async (task, index, options) => {
+        if (refusals-- > 0) throw new EnvCapacityError("start_sample: HTTP 406: no worker has a free slot", 406);
+        return stack.client.startSample(task, index, options);
+      },
+      interact: (sessionId, message, options) => stack.client.interact(sessionId, message, options),
+      cancel: (sessionId) => stack.client.cancel(sessionId),
+    };
+    await transport.queue("rollout-requests").send(JSON.stringify(requestsFor(config, 1)[0]));
+    const { ready, summary } = await runUntil(config, 1, { env });
+    expect(summary).toMatchObject({ done: 1, dropped: 0, capacityWaits: 3, infraRetries: 0 });
+    expect(await stored(ready[0]!.key)).toMatchObject({ status: "completed", attempt: 0 });
   });
 
   it("after maxAttempts environment or infrastructure failures drops the member: MemberDropped, request deleted", async () => {
