@@ -14,6 +14,7 @@ import type { ReceivedMessage, Transport } from "../../shared/transport/types.ts
 import { importanceWeights, prepareBatch, taskMetrics } from "./batch.ts";
 import { type BufferedGroup, GroupBuffer, groupsNeeded } from "./buffer.ts";
 import { addTotals, type Ledger, readLedger, writeLedger } from "./ledger.ts";
+import { recordStep, StepRecorder } from "./stepRecord.ts";
 
 /** The trainer cannot start (no checkpoint to train from, inconsistent state). */
 export class TrainerError extends AgentRlError {
@@ -208,6 +209,7 @@ export async function runTrainer(
       };
     });
     const sums = { pg: 0, kl: 0, clipped: 0, approxKl: 0, gap: 0, fresh: 0 };
+    const recorder = new StepRecorder(); // step record hook (stepRecord.ts), 1 of 3
     let loss = 0;
     let gradNorm = 0;
     let skipped = 0;
@@ -215,6 +217,7 @@ export async function runTrainer(
       try {
         const result = policy.trainStep(sequences, temperature, (logp, rows) => {
           const width = logp.shape[1];
+          recorder.capture(rows, logp); // step record hook (stepRecord.ts), 2 of 3
           const picked = rows.map((r) => rowInputs[r]!);
           const terms = ppoLossTensors(
             {
@@ -321,6 +324,29 @@ export async function runTrainer(
       "time/step_seconds": (now - stepStart) / 1000,
       ...Object.fromEntries(Object.entries(totals).map(([k, v]) => [k, v])),
     };
+    // step record hook (stepRecord.ts), 3 of 3: what `agentrl view` shows of this step, and its cost
+    metrics["time/step_record_seconds"] = await recordStep(trajectoryStore, {
+      experimentId: config.experimentId,
+      step,
+      trainedVersion: version,
+      trainer,
+      params,
+      trajectories,
+      contextLength: config.policy.model.contextLength,
+      batch,
+      rowInputs,
+      groups,
+      abandoned: dropped,
+      losses: {
+        total: loss,
+        policy: sums.pg / tokens,
+        kl: sums.kl / tokens,
+        clipFrac: sums.clipped / tokens,
+        gradNorm,
+        skipped,
+      },
+      recorder,
+    });
     counters.duplicates = 0;
     counters.rejected = 0;
     lastStepAt = now;
