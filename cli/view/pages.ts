@@ -12,7 +12,7 @@ header{background:#1f2937;color:#fff;padding:8px 16px;display:flex;gap:16px;alig
 header a{color:#fff}main{padding:12px 16px}
 table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ddd;padding:3px 6px;text-align:right;white-space:nowrap}
 th{background:#f3f4f6}td.l,th.l{text-align:left}.problems{background:#fef3c7;border:1px solid #f59e0b;padding:8px 12px;margin:8px 0}
-form{margin:8px 0;display:flex;gap:8px;flex-wrap:wrap;align-items:end}label{font-size:12px;display:flex;flex-direction:column}
+form{margin:8px 0;display:flex;gap:8px;flex-wrap:wrap;align-items:end}label{font-size:12px;display:flex;flex-direction:column;align-items:flex-start}
 .turn{border-left:4px solid #ddd;margin:8px 0;padding:4px 10px}.turn.assistant{border-color:#2563eb}.turn.tool{border-color:#059669}
 .turn.user{border-color:#9333ea}.role{font-weight:bold;font-size:12px;text-transform:uppercase;color:#555}
 pre{white-space:pre-wrap;margin:4px 0;font-size:13px}.tokens{font-family:ui-monospace,monospace;font-size:13px;line-height:1.9}
