@@ -4,10 +4,13 @@ import type { Browser, ConsoleMessage, Page } from "puppeteer-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RunFolderError, RunView } from "../../cli/view/runData.ts";
 import { serveViewer } from "../../cli/view/server.ts";
+import { parseConfig } from "../../shared/config/index.ts";
 import type { RunningServer } from "../../shared/http.ts";
 import { loadCheckpoint } from "../../shared/model/checkpoint.ts";
 import { StepRecord, stepRecordKey } from "../../shared/protocol/stepRecord.ts";
+import { createTransport } from "../../shared/transport/index.ts";
 import { LocalObjectStore } from "../../shared/transport/local.ts";
+import { startMoto } from "../support/moto.ts";
 import { tempDir } from "../support/tmp.ts";
 import { ARTIFACTS, launchChromium } from "./browser.ts";
 import { makeTestRun, type TestRun } from "./run.ts";
@@ -265,6 +268,36 @@ describe("viewer in Chromium", () => {
     await page.close();
     expect(errors).toEqual([]);
   });
+});
+
+describe("a run on the aws transport (a real moto server)", () => {
+  it("is read from S3 with --endpoint: trajectories and step records", async () => {
+    const moto = await startMoto();
+    try {
+      const dir = tempDir("aws-run-");
+      const transportConfig = parseConfig({
+        experimentId: "viewtest",
+        transport: { kind: "aws", endpoint: moto.endpoint, queuePrefix: "view" },
+      }).transport;
+      writeFileSync(join(dir, "config.json"), JSON.stringify({ experimentId: "viewtest", transport: transportConfig }));
+      const aws = await createTransport(transportConfig);
+      const t = run.trained[0]!;
+      await aws
+        .store("trajectories")
+        .put(`trajectories/viewtest/${t.groupId}/${t.trajectoryId}.json`, JSON.stringify(t));
+      await aws.store("trajectories").put(stepRecordKey("viewtest", 1), JSON.stringify(await record(1)));
+      await aws.close();
+      const remote = await RunView.open(dir, { endpoint: moto.endpoint });
+      try {
+        expect(remote.summaries.map((s) => [s.trajectoryId, s.step])).toEqual([[t.trajectoryId, 1]]);
+        expect(remote.problems).toEqual(["no tokenizer.json in the checkpoint store; tokens are shown as ids"]);
+      } finally {
+        await remote.close();
+      }
+    } finally {
+      await moto.stop();
+    }
+  }, 90_000);
 });
 
 describe("bad run folders", () => {
