@@ -14,6 +14,7 @@ const COMMANDS: ReadonlyArray<() => Promise<{ register(program: Command): void }
   () => import("./commands/eval.ts"),
   () => import("./commands/train.ts"),
   () => import("./commands/report.ts"),
+  () => import("./commands/view.ts"),
   () => import("./commands/policy.ts"),
   () => import("./commands/sft.ts"),
   () => import("./commands/feeder.ts"),

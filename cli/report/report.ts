@@ -2,7 +2,14 @@ import { readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { parseJsonOrThrow } from "../../shared/errors.ts";
 import { type EvalReport, StepMetrics } from "../../shared/protocol/metrics.ts";
-import { barChart, escapeXml, lineChart, type Series } from "./svg.ts";
+import { chartSpecs, chartsHtml } from "./charts.ts";
+
+export { stalenessHistogram, tasksIn } from "./charts.ts";
+
+/** Text safe in HTML content and attribute values. */
+export function escapeXml(text: string): string {
+  return text.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+}
 
 /** Reads metrics.jsonl; a malformed line is reported with its line number, never skipped silently. */
 export async function readMetrics(file: string): Promise<StepMetrics[]> {
@@ -11,32 +18,6 @@ export async function readMetrics(file: string): Promise<StepMetrics[]> {
     .split("\n")
     .filter((line) => line.trim() !== "")
     .map((line, i) => parseJsonOrThrow(StepMetrics, line, `${file} line ${i + 1}`));
-}
-
-function seriesOf(records: readonly StepMetrics[], key: string, name = key): Series {
-  return {
-    name,
-    points: records.flatMap((r) => (r.metrics[key] === undefined ? [] : [[r.step, r.metrics[key]] as const])),
-  };
-}
-
-/** Task names found in `task/<name>/...` metric keys, sorted. */
-export function tasksIn(records: readonly StepMetrics[]): string[] {
-  const names = new Set<string>();
-  for (const r of records)
-    for (const key of Object.keys(r.metrics)) if (key.startsWith("task/")) names.add(key.split("/")[1] ?? "");
-  return [...names].filter(Boolean).sort();
-}
-
-/** Sums `staleness/<k>` counts over all steps into a histogram ordered by k. */
-export function stalenessHistogram(records: readonly StepMetrics[]): Array<[string, number]> {
-  const counts = new Map<number, number>();
-  for (const r of records)
-    for (const [key, value] of Object.entries(r.metrics)) {
-      const match = /^staleness\/(\d+)$/.exec(key);
-      if (match) counts.set(Number(match[1]), (counts.get(Number(match[1])) ?? 0) + value);
-    }
-  return [...counts.entries()].sort((a, b) => a[0] - b[0]).map(([k, v]) => [String(k), v]);
 }
 
 export function evalTableMarkdown(reports: readonly EvalReport[]): string {
@@ -233,48 +214,16 @@ export interface ReportInput {
   readonly facts: ReadonlyArray<readonly [string, string]>;
 }
 
-/** The run report: facts, success table (§6 layout), and charts of success, reward, staleness, throughput, losses. */
+/** The run report: facts, success table (§6 layout), and uPlot charts of success, reward, throughput, losses and staleness. */
 export function renderReport(input: ReportInput): string {
-  const { records } = input;
-  const tasks = tasksIn(records);
-  const charts: string[] = [];
-  if (records.length > 0) {
-    charts.push(
-      lineChart(
-        "Success rate per task (training rollouts)",
-        "trainer step",
-        tasks.map((t) => seriesOf(records, `task/${t}/success`, t)),
-      ),
-      lineChart(
-        "Mean reward per task",
-        "trainer step",
-        tasks.map((t) => seriesOf(records, `task/${t}/reward`, t)),
-      ),
-      lineChart("Throughput (trajectories/s)", "trainer step", [
-        seriesOf(records, "throughput/trajectories_per_s", "trajectories/s"),
-      ]),
-      lineChart("Throughput (generated tokens/s)", "trainer step", [
-        seriesOf(records, "throughput/tokens_per_s", "tokens/s"),
-      ]),
-      lineChart("Rollout/trainer log-prob gap (nats, fresh tokens)", "trainer step", [
-        seriesOf(records, "policy/logp_gap_fresh", "logp gap"),
-      ]),
-      lineChart("Losses", "trainer step", [
-        seriesOf(records, "loss/policy", "policy"),
-        seriesOf(records, "loss/kl", "kl"),
-        seriesOf(records, "policy/clip_frac", "clip frac"),
-      ]),
-    );
-  }
-  const histogram = stalenessHistogram(records);
-  if (histogram.length > 0)
-    charts.push(barChart("Staleness of trained tokens (policy versions behind)", "versions behind", histogram));
+  const charts = chartsHtml(chartSpecs(input.records));
   const facts = input.facts.map(([k, v]) => `<tr><th>${escapeXml(k)}</th><td>${escapeXml(v)}</td></tr>`).join("");
-  const alarms = logpGapAlarmHtml(records);
+  const alarms = logpGapAlarmHtml(input.records);
   return `<!doctype html>
 <html><head><meta charset="utf-8"><title>${escapeXml(input.title)}</title>
 <style>body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;margin:1em 0}
-td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}th{background:#f4f4f4}.charts{display:flex;flex-wrap:wrap;gap:16px}.alarm{background:#fde8e8;border:1px solid #c00;padding:8px}</style>
+td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}th{background:#f4f4f4}.charts{display:flex;flex-wrap:wrap;gap:16px}
+.chart{border:1px solid #eee;padding:4px}.alarm{background:#fde8e8;border:1px solid #c00;padding:8px}</style>
 </head><body>
 <h1>${escapeXml(input.title)}</h1>
 <table>${facts}</table>
@@ -282,7 +231,7 @@ ${alarms}
 <h2>Test success (%)</h2>
 ${input.evals.length > 0 ? evalTableHtml(input.evals) + pairedTableHtml(input.evals) : "<p>No evaluation was run.</p>"}
 <h2>Training curves</h2>
-<div class="charts">${charts.length > 0 ? charts.join("\n") : "<p>No trainer steps were recorded.</p>"}</div>
+${charts || "<p>No trainer steps were recorded.</p>"}
 <p><small>Synthetic tasks, tiny model: figures describe this run only.</small></p>
 </body></html>
 `;

@@ -26,6 +26,8 @@ describe("agentrl run commands reject bad input with one line", () => {
       /--samples: more than one sample per instance needs --temperature > 0/,
     ],
     [["report", "/nonexistent-run"], /is not a run folder/],
+    [["view", "/nonexistent-run"], /\/nonexistent-run does not exist or is not a folder/],
+    [["view", "/tmp", "--transport", "gcp"], /--transport must be "local" or "aws", got "gcp"/],
   ])("agentrl %j", async (args, message) => {
     const result = await agentrl(args);
     expect(result.status).not.toBe(0);
@@ -34,7 +36,7 @@ describe("agentrl run commands reject bad input with one line", () => {
   });
 
   it("documents every run command", async () => {
-    for (const command of ["train", "start", "eval", "report"]) {
+    for (const command of ["train", "start", "eval", "report", "view"]) {
       const result = await agentrl([command, "--help"]);
       expect(result.status).toBe(0);
       expect(result.stdout).toMatch(/^Usage: agentrl /);

@@ -2,6 +2,7 @@ import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { samplingSuffix } from "../../cli/launch/eval.ts";
+import { type ChartSpec, chartSpecs } from "../../cli/report/charts.ts";
 import {
   evalComparisonMarkdown,
   evalReportMarkdown,
@@ -46,9 +47,9 @@ describe("run report", () => {
   it("finds tasks and sums the staleness histogram over steps", () => {
     expect(tasksIn(records)).toEqual(["db", "kg"]);
     expect(stalenessHistogram(records)).toEqual([
-      ["0", 180],
-      ["1", 20],
-      ["2", 5],
+      [0, 180],
+      [1, 20],
+      [2, 5],
     ]);
   });
 
@@ -166,10 +167,28 @@ describe("run report", () => {
     // Greedy cells hold the success only; sampled ones add pass@k.
     expect(html).toContain("<td>v1</td><td>50.0</td><td>50.0</td>");
     expect(html).toContain("<td>25.0 <small>pass@8 75.0</small></td>");
-    expect(html.match(/<svg/g)?.length).toBe(7);
+    // five uPlot charts, their data inline and uPlot itself inlined: the page fetches nothing
+    expect(html.match(/<div class="chart" id="chart-/g)?.length).toBe(6);
+    const data = /<script id="chart-data" type="application\/json">(.*?)<\/script>/s.exec(html)?.[1] ?? "";
+    const specs = JSON.parse(data) as ChartSpec[];
+    expect(specs.map((s) => s.id)).toEqual(["success", "reward", "throughput", "logp-gap", "losses", "staleness"]);
+    expect(specs[0]).toMatchObject({ x: [0, 1], series: [{ name: "db", values: [25, 50] }, { name: "kg" }] });
+    expect(specs[5]).toMatchObject({ x: [0, 1, 2], series: [{ values: [180, 20, 5] }] });
     expect(html).not.toContain("Log-prob gap alarm");
-    expect(html).toContain(">db</text>");
     expect(html).toContain("Staleness of trained tokens");
+    expect(html).toMatch(/uPlot/);
+    expect(html).not.toMatch(/<script[^>]*\ssrc=|<link[^>]*href=|https?:\/\/[^"' ]*\.(js|css)/);
+  });
+
+  it("plots the trainer's generated tokens per second beside trajectories per second", () => {
+    const throughput = chartSpecs([
+      record(1, { "throughput/tokens_per_s": 50, "throughput/trajectories_per_s": 2 }),
+      record(2, { "throughput/tokens_per_s": 30 }),
+    ]).find((s) => s.id === "throughput");
+    expect(throughput?.series).toEqual([
+      { name: "trajectories/s", values: [2, null] },
+      { name: "generated tokens/s", values: [50, 30], right: true },
+    ]);
   });
 
   it("marks the steps whose log-prob gap passed the alarm, with the worst gap", () => {

@@ -83,6 +83,8 @@ export function trainOnRows(
   temperature: number,
   params: PpoParams,
   onError: (error: unknown) => void,
+  /** Sees each micro-batch's trainer log-probs ([picked.length, T]) before the loss uses them. */
+  onLogp?: (picked: readonly number[], logp: tf.Tensor2D) => void,
 ): StepResult {
   const sums = { pg: 0, kl: 0, clipped: 0, approxKl: 0 };
   const rowGap = new Float64Array(rows.length);
@@ -94,6 +96,7 @@ export function trainOnRows(
   try {
     const result = policy.trainStep(sequences, temperature, (logp, picked) => {
       const width = logp.shape[1];
+      onLogp?.(picked, logp);
       const pad = (column: (row: LossRow) => ArrayLike<number>) =>
         padRows(
           picked.map((r) => column(rows[r] as LossRow)),

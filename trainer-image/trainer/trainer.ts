@@ -16,6 +16,7 @@ import { addTotals, type Ledger, readLedger } from "./ledger.ts";
 import { lossRows, trainOnRows } from "./loss.ts";
 import { logpGap, type StepCounts, stepMetrics, stepTotals } from "./metrics.ts";
 import { publishVersion } from "./publish.ts";
+import { recordStep, StepRecorder } from "./stepRecord.ts";
 
 /** The trainer cannot start (no checkpoint to train from, inconsistent state). */
 export class TrainerError extends AgentRlError {
@@ -248,8 +249,15 @@ export async function runTrainer(
     const { trajectories, missing } = await loadTrajectories(groups);
     const batch = prepareBatch(trajectories, version, trainer, config.policy.model.contextLength);
     const rows = lossRows(batch, policy, reference, temperature, trainer);
-    const result = trainOnRows(policy, batch, rows, temperature, params, (error) =>
-      log.error({ err: error }, "optimizer step skipped"),
+    const recorder = new StepRecorder(); // the trainer's log-probs, for the step record `agentrl view` shows
+    const result = trainOnRows(
+      policy,
+      batch,
+      rows,
+      temperature,
+      params,
+      (error) => log.error({ err: error }, "optimizer step skipped"),
+      (picked, logp) => recorder.capture(picked, logp),
     );
     step += 1;
     stepsThisRun += 1;
@@ -274,6 +282,28 @@ export async function runTrainer(
     };
     addTotals(totals, stepTotals(counts));
     const metrics = stepMetrics(counts, totals);
+    metrics["time/step_record_seconds"] = await recordStep(trajectoryStore, {
+      experimentId: config.experimentId,
+      step,
+      trainedVersion: version - 1,
+      trainer,
+      params,
+      trajectories,
+      contextLength: config.policy.model.contextLength,
+      batch,
+      rowInputs: rows,
+      groups,
+      abandoned: dropped,
+      losses: {
+        total: result.loss,
+        policy: metrics["loss/policy"] as number,
+        kl: metrics["loss/kl"] as number,
+        clipFrac: metrics["policy/clip_frac"] as number,
+        gradNorm: result.gradNorm,
+        skipped: result.skipped,
+      },
+      recorder,
+    });
     counters.duplicates = 0;
     counters.rejected = 0;
     lastStepAt = now;
