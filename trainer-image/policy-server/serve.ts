@@ -6,6 +6,7 @@ import { AgentRlError } from "../../shared/errors.ts";
 import { listen } from "../../shared/http.ts";
 import type { Logger } from "../../shared/log.ts";
 import { loadCheckpoint, newestVersion } from "../../shared/model/checkpoint.ts";
+import { hfCheckpointStore, isHfFolder } from "../../shared/model/hf/index.ts";
 import { initBackend } from "../../shared/model/index.ts";
 import { createTransport } from "../../shared/transport/index.ts";
 import { LocalObjectStore } from "../../shared/transport/local.ts";
@@ -54,9 +55,14 @@ export async function servePolicy(options: ServePolicyOptions): Promise<RunningP
   const init = config.policy.init;
   if (!/^(newest|\d+)$/.test(init) && !isFolder(init))
     throw new PolicyServerStartError(
-      `policy.init "${init}" is not allowed: use "newest", a version number, or an existing checkpoint folder`,
+      `policy.init "${init}" is not allowed: use "newest", a version number, an existing checkpoint folder or a Hugging Face model folder`,
     );
-  const initStore = isFolder(init) ? new LocalObjectStore(init) : store;
+  // A transformers folder (config.json + safetensors) is imported in memory as version 0.
+  const initStore = isFolder(init)
+    ? isHfFolder(init)
+      ? await hfCheckpointStore(init)
+      : new LocalObjectStore(init)
+    : store;
 
   let first: number | undefined;
   if (/^\d+$/.test(init)) first = Number(init);

@@ -5,6 +5,7 @@ import { z } from "zod";
 import { CHAT_TEMPLATE, END_OF_TEXT, END_OF_TURN } from "../../chat/index.ts";
 import type { ModelConfig } from "../../config/policy.ts";
 import { issuesOf } from "../../errors.ts";
+import { MemoryObjectStore } from "../../transport/memory.ts";
 import type { ObjectStore } from "../../transport/types.ts";
 import {
   type CheckpointManifest,
@@ -173,6 +174,16 @@ export async function importHfFolder(
   } finally {
     policy.dispose();
   }
+}
+
+/**
+ * A checkpoint store holding `dir` imported as version 0, in memory: what `policy.init` naming a
+ * transformers folder serves. Call `initBackend` first.
+ */
+export async function hfCheckpointStore(dir: string): Promise<ObjectStore> {
+  const store = new MemoryObjectStore();
+  await importHfFolder(dir, store);
+  return store;
 }
 
 /** Reads hf.json of a version when its manifest lists it. */

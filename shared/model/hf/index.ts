@@ -14,6 +14,7 @@ export {
   exportHfFolder,
   type HfFolder,
   HfMetadata,
+  hfCheckpointStore,
   importHfFolder,
   isHfFolder,
   readHfFolder,
