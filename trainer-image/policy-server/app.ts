@@ -9,6 +9,7 @@ import {
   type ChatCompletionChoice,
   ChatCompletionRequest,
   type ChatCompletionResponse,
+  POLICY_VERSION_HEADER,
 } from "../../shared/protocol/openai.ts";
 import type { Pool } from "./follower.ts";
 import { BatchScheduler, GenerationError, type GenerationResult } from "./scheduler.ts";
@@ -128,12 +129,18 @@ export function createPolicyServer(options: PolicyServerOptions): PolicyServer {
       created: Math.floor(Date.now() / 1000),
       model: modelName,
       choices,
+      ...(request.return_token_ids ? { prompt_token_ids: [...prompt] } : {}),
       usage: {
         prompt_tokens: prompt.length,
         completion_tokens: completionTokens,
         total_tokens: prompt.length + completionTokens,
       },
     };
+    // The version that produced the last token: clients that read only OpenAI fields (vLLM dialect) take it from here.
+    c.header(
+      POLICY_VERSION_HEADER,
+      String(Math.max(...results.map((r) => r.versions.at(-1) ?? scheduler.policyVersion))),
+    );
     return c.json(body);
   });
 
@@ -158,9 +165,11 @@ export function createPolicyServer(options: PolicyServerOptions): PolicyServer {
               token: codec.decode([token]),
               logprob: result.logprobs[t] as number,
               bytes: codec.tokenizer.tokenBytes(token),
+              top_logprobs: [],
             })),
           }
         : null,
+      ...(request.return_token_ids ? { token_ids: result.tokens } : {}),
       agentrl: {
         token_ids: result.tokens,
         logprobs: result.logprobs,
