@@ -44,6 +44,8 @@ export interface PolicyEndpoint {
   readonly requiresTrace: boolean;
   /** How the endpoint reports token ids and log-probs (see PolicyDialect). @default "agentrl" */
   readonly dialect?: PolicyDialect;
+  /** Sent as `Authorization: Bearer <key>` (hosted OpenAI-compatible APIs). */
+  readonly apiKey?: string;
 }
 
 /** What one assistant turn came back as. */
@@ -105,7 +107,10 @@ export class PolicyClient {
     try {
       response = await this.fetchImpl(url, {
         method: "POST",
-        headers: { "content-type": "application/json" },
+        headers: {
+          "content-type": "application/json",
+          ...(endpoint.apiKey ? { authorization: `Bearer ${endpoint.apiKey}` } : {}),
+        },
         body: JSON.stringify(body),
         signal: signal ? AbortSignal.any([signal, timeout]) : timeout,
       });
