@@ -2,8 +2,15 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { beforeAll, describe, expect, it } from "vitest";
+import { CHAT_TEMPLATE } from "../../shared/chat/index.ts";
 import { loadCheckpoint } from "../../shared/model/checkpoint.ts";
-import { exportHfFolder, HfFormatError, importHfFolder, readHfFolder } from "../../shared/model/hf/index.ts";
+import {
+  exportHfFolder,
+  HfFormatError,
+  importHfFolder,
+  modelTokenizerConfig,
+  readHfFolder,
+} from "../../shared/model/hf/index.ts";
 import { initBackend } from "../../shared/model/index.ts";
 import { decodeSafetensors } from "../../shared/model/safetensors.ts";
 import { runProcess } from "../support/cli.ts";
@@ -45,7 +52,9 @@ describe("Hugging Face import: numerics against an independent numpy forward", (
     const dir = folder({ ...options, seed: 3 });
     const store = new MemoryStore();
     await importHfFolder(dir, store);
-    const { policy, config } = await loadCheckpoint(store, 0);
+    const { policy, config, manifest } = await loadCheckpoint(store, 0);
+    // The folder's chat template travels with the checkpoint (a server renders with it).
+    expect((await modelTokenizerConfig(store, manifest))?.chat_template).toBe(CHAT_TEMPLATE);
     expect(config.qkvBias).toBe(options.architecture === "Qwen2ForCausalLM");
     expect(config.tieEmbeddings).toBe(options.tied);
     expect(config.ropeTheta).toBe(TINY_HF.ropeTheta);

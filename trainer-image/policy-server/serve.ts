@@ -6,7 +6,7 @@ import { AgentRlError } from "../../shared/errors.ts";
 import { listen } from "../../shared/http.ts";
 import type { Logger } from "../../shared/log.ts";
 import { loadCheckpoint, newestVersion } from "../../shared/model/checkpoint.ts";
-import { hfCheckpointStore, isHfFolder } from "../../shared/model/hf/index.ts";
+import { hfCheckpointStore, isHfFolder, modelTokenizerConfig } from "../../shared/model/hf/index.ts";
 import { initBackend } from "../../shared/model/index.ts";
 import { createTransport } from "../../shared/transport/index.ts";
 import { LocalObjectStore } from "../../shared/transport/local.ts";
@@ -79,7 +79,11 @@ export async function servePolicy(options: ServePolicyOptions): Promise<RunningP
     }
   }
   const loaded = await loadCheckpoint(initStore, first);
-  const codec = ChatCodec.fromTokenizerJson(JSON.parse(loaded.tokenizerJson));
+  // An imported model keeps its own chat template (hf.json); otherwise the project's.
+  const modelTemplate = await modelTokenizerConfig(initStore, loaded.manifest);
+  const codec = modelTemplate
+    ? ChatCodec.fromModelFiles(JSON.parse(loaded.tokenizerJson), modelTemplate)
+    : ChatCodec.fromTokenizerJson(JSON.parse(loaded.tokenizerJson));
   if (codec.tokenizer.size > loaded.config.vocabSize)
     throw new PolicyServerStartError(
       `tokenizer has ${codec.tokenizer.size} ids but the model's vocabSize is ${loaded.config.vocabSize}`,

@@ -209,6 +209,18 @@ async function readHfMetadata(store: ObjectStore, manifest: CheckpointManifest):
   return parsed.data;
 }
 
+/**
+ * The tokenizer_config.json an imported version came with, when it names a chat template: a
+ * server renders that model's conversations with it (ChatCodec.fromModelFiles).
+ */
+export async function modelTokenizerConfig(
+  store: ObjectStore,
+  manifest: CheckpointManifest,
+): Promise<Record<string, unknown> | undefined> {
+  const config = (await readHfMetadata(store, manifest))?.tokenizerConfig;
+  return typeof config?.chat_template === "string" ? config : undefined;
+}
+
 /** Options for exportHfFolder. */
 export interface ExportHfOptions {
   /** Element type of the written weights. @default the imported folder's, else F32 */

@@ -17,6 +17,7 @@ export {
   hfCheckpointStore,
   importHfFolder,
   isHfFolder,
+  modelTokenizerConfig,
   readHfFolder,
   SAFETENSORS_FILE,
   SAFETENSORS_INDEX_FILE,
