@@ -130,3 +130,22 @@ export const ChatCompletionResponse = z.object({
   }),
 });
 export type ChatCompletionResponse = z.infer<typeof ChatCompletionResponse>;
+
+/**
+ * SGLang's `POST /update_weights_from_disk`: load new weights from a Hugging Face folder the
+ * engine can read, labelled `weight_version` (a version number here). The engine answers
+ * `success` only once the new weights serve.
+ */
+export const UpdateWeightsFromDiskRequest = z.object({
+  model_path: z.string().min(1),
+  weight_version: z.union([z.number().int().nonnegative(), z.string().regex(/^\d+$/).transform(Number)]).optional(),
+  load_format: z.string().optional(),
+  abort_all_requests: z.boolean().optional(),
+});
+export type UpdateWeightsFromDiskRequest = z.infer<typeof UpdateWeightsFromDiskRequest>;
+
+export const UpdateWeightsFromDiskResponse = z.object({
+  success: z.boolean(),
+  message: z.string(),
+});
+export type UpdateWeightsFromDiskResponse = z.infer<typeof UpdateWeightsFromDiskResponse>;

@@ -10,6 +10,8 @@ import {
   ChatCompletionRequest,
   type ChatCompletionResponse,
   POLICY_VERSION_HEADER,
+  UpdateWeightsFromDiskRequest,
+  type UpdateWeightsFromDiskResponse,
 } from "../../shared/protocol/openai.ts";
 import type { Pool } from "./follower.ts";
 import { BatchScheduler, GenerationError, type GenerationResult } from "./scheduler.ts";
@@ -24,6 +26,8 @@ export interface PolicyServerOptions {
   /** Name reported by /v1/models and in responses. @default "agentrl-<pool>" */
   readonly modelName?: string;
   readonly pool?: Pool;
+  /** Loads a Hugging Face folder as `version`: enables SGLang's `POST /update_weights_from_disk`. */
+  readonly loadWeights?: (modelPath: string, version: number) => Promise<InferencePolicy>;
 }
 
 /** A policy server: the HTTP app plus the scheduler and the hook that swaps weights. */
@@ -79,6 +83,33 @@ export function createPolicyServer(options: PolicyServerOptions): PolicyServer {
       ],
     }),
   );
+
+  // SGLang-style weight sync, so the external-engine sync path runs against this server too.
+  app.post("/update_weights_from_disk", async (c) => {
+    const request = await readJson(c, UpdateWeightsFromDiskRequest, "update_weights_from_disk request");
+    if (!options.loadWeights) throw new HttpError(501, "this server was started without a weight loader");
+    const version = request.weight_version ?? scheduler.policyVersion + 1;
+    let policy: InferencePolicy;
+    try {
+      policy = await options.loadWeights(request.model_path, version);
+    } catch (error) {
+      const body: UpdateWeightsFromDiskResponse = {
+        success: false,
+        message: `model_path: ${(error as Error).message}`,
+      };
+      return c.json(body, 400);
+    }
+    try {
+      await install(policy);
+    } catch (error) {
+      // A different architecture does not fit the running decoder: keep serving the old weights.
+      policy.dispose();
+      const body: UpdateWeightsFromDiskResponse = { success: false, message: (error as Error).message };
+      return c.json(body, 400);
+    }
+    const body: UpdateWeightsFromDiskResponse = { success: true, message: `serving version ${version}` };
+    return c.json(body);
+  });
 
   app.post("/v1/chat/completions", async (c) => {
     const request = await readJson(c, ChatCompletionRequest, "chat completion request");
@@ -144,6 +175,13 @@ export function createPolicyServer(options: PolicyServerOptions): PolicyServer {
     return c.json(body);
   });
 
+  async function install(policy: InferencePolicy): Promise<void> {
+    const previous = current;
+    await scheduler.switchPolicy(policy);
+    current = policy;
+    if (previous !== policy) previous.dispose();
+  }
+
   function toChoice(
     result: GenerationResult,
     index: number,
@@ -184,12 +222,7 @@ export function createPolicyServer(options: PolicyServerOptions): PolicyServer {
     app,
     scheduler,
     version: () => scheduler.policyVersion,
-    async install(policy: InferencePolicy): Promise<void> {
-      const previous = current;
-      await scheduler.switchPolicy(policy);
-      current = policy;
-      if (previous !== policy) previous.dispose();
-    },
+    install,
     async close(): Promise<void> {
       await scheduler.stop();
       decoder.dispose();

@@ -6,7 +6,7 @@ import { AgentRlError } from "../../shared/errors.ts";
 import { listen } from "../../shared/http.ts";
 import type { Logger } from "../../shared/log.ts";
 import { loadCheckpoint, newestVersion } from "../../shared/model/checkpoint.ts";
-import { hfCheckpointStore, isHfFolder, modelTokenizerConfig } from "../../shared/model/hf/index.ts";
+import { hfCheckpointStore, isHfFolder, loadHfPolicy, modelTokenizerConfig } from "../../shared/model/hf/index.ts";
 import { initBackend } from "../../shared/model/index.ts";
 import { createTransport } from "../../shared/transport/index.ts";
 import { LocalObjectStore } from "../../shared/transport/local.ts";
@@ -94,6 +94,7 @@ export async function servePolicy(options: ServePolicyOptions): Promise<RunningP
     log,
     maxBatch: config.policy.maxBatch,
     pool,
+    loadWeights: loadHfPolicy,
   });
 
   const source: PolicySource = {

@@ -186,6 +186,12 @@ export async function hfCheckpointStore(dir: string): Promise<ObjectStore> {
   return store;
 }
 
+/** An inference policy from a transformers folder, labelled `version` (what a weight sync loads). Call `initBackend` first. */
+export async function loadHfPolicy(dir: string, version: number): Promise<TransformerPolicy> {
+  const folder = await readHfFolder(dir);
+  return new TransformerPolicy(folder.config, folder.values, version, { trainable: false });
+}
+
 /** Reads hf.json of a version when its manifest lists it. */
 async function readHfMetadata(store: ObjectStore, manifest: CheckpointManifest): Promise<HfMetadata | undefined> {
   if (!manifest.files.some((f) => f.name === HF_METADATA_FILE)) return undefined;

@@ -17,6 +17,7 @@ export {
   hfCheckpointStore,
   importHfFolder,
   isHfFolder,
+  loadHfPolicy,
   modelTokenizerConfig,
   readHfFolder,
   SAFETENSORS_FILE,
