@@ -17,6 +17,7 @@ import { intOption } from "./controller.ts";
 interface EvalOptions {
   policy: string;
   model?: string;
+  apiKeyEnv?: string;
   tasks?: string[];
   split: "train" | "test";
   n: number;
@@ -42,6 +43,10 @@ export function register(program: Command): void {
         policyOption,
       )
       .option("--model <name>", "model name sent to an OpenAI-compatible URL")
+      .option(
+        "--api-key-env <name>",
+        "environment variable holding the API key sent to a --policy URL as a bearer token (default: OPENAI_API_KEY when set)",
+      )
       .option("--tasks <names...>", "tasks to evaluate (default: the config's task mix)")
       .option("--split <split>", "train or test", splitOption, "test")
       .option("--n <n>", "instances per task (from the start of the split)", intOption("--n", 1), 50)
@@ -76,6 +81,7 @@ export function register(program: Command): void {
     const sampling = { temperature: options.temperature, topP: options.topP, samples: options.samples };
     const config = await configFromOptions(options);
     const isUrl = /^https?:\/\//.test(options.policy);
+    const apiKey = isUrl ? apiKeyOf(options.apiKeyEnv) : undefined;
     // "newest" is resolved once, here: the report names the version it measured, and a trainer
     // publishing meanwhile cannot change it under the evaluation.
     const version = isUrl ? undefined : await resolveVersion(config, options.policy);
@@ -105,6 +111,7 @@ export function register(program: Command): void {
           controllerUrl,
           policyUrl,
           ...(options.model ? { model: options.model } : {}),
+          ...(apiKey ? { apiKey } : {}),
           label: `${version === undefined ? (options.model ?? options.policy) : `v${version}`}${samplingSuffix(sampling)}`,
           sampling,
           tasks,
@@ -161,4 +168,22 @@ function topPOption(value: string): number {
 function splitOption(value: string): "train" | "test" {
   if (value === "train" || value === "test") return value;
   throw new InvalidArgumentError(`--split must be "train" or "test", got "${value}"`);
+}
+
+/** The key in `--api-key-env`'s variable (which must then be set), else OPENAI_API_KEY when set. */
+export function apiKeyOf(variable: string | undefined, env: NodeJS.ProcessEnv = process.env): string | undefined {
+  if (variable === undefined) return env.OPENAI_API_KEY || undefined;
+  if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(variable))
+    throw new ValidationError("eval options", [
+      { path: "--api-key-env", message: `"${variable}" is not an environment variable name` },
+    ]);
+  const key = env[variable];
+  if (!key)
+    throw new ValidationError("eval options", [
+      {
+        path: "--api-key-env",
+        message: `environment variable ${variable} is not set (or empty); export the API key in it`,
+      },
+    ]);
+  return key;
 }

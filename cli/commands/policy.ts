@@ -2,6 +2,7 @@ import { type Command, InvalidArgumentError } from "commander";
 import { createLogger } from "../../shared/log.ts";
 import { configFromOptions, withConfigOptions } from "../options.ts";
 import { intOption } from "./controller.ts";
+import { registerHfCommands } from "./policy-hf.ts";
 
 /** `agentrl policy serve`: the OpenAI-compatible policy server following the checkpoint store. */
 export function register(program: Command): void {
@@ -49,6 +50,7 @@ export function register(program: Command): void {
       process.once("SIGTERM", stop);
     },
   );
+  registerHfCommands(policy);
 }
 
 function poolOption(value: string): "current" | "stale" {

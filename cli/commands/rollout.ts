@@ -1,4 +1,4 @@
-import type { Command } from "commander";
+import { type Command, InvalidArgumentError } from "commander";
 import { configFromOptions, withConfigOptions } from "../options.ts";
 
 /** `agentrl rollout`: a rollout worker (agent loop with cross-policy sampling) until stopped. */
@@ -11,6 +11,12 @@ export function register(program: Command): void {
     .requiredOption("--controller-url <url>", "environment controller, e.g. http://127.0.0.1:5020")
     .requiredOption("--current-url <url>", "policy server following the newest version (OpenAI base URL)")
     .option("--stale-url <url>", "policy server following every K-th version (cross-policy pool)")
+    .option(
+      "--dialect <dialect>",
+      "how the current/stale servers report tokens: agentrl (our policy server) or vllm (return_token_ids + logprobs)",
+      dialectOption,
+      "agentrl" as const,
+    )
     .action(
       async (options: {
         config?: string;
@@ -18,6 +24,7 @@ export function register(program: Command): void {
         controllerUrl: string;
         currentUrl: string;
         staleUrl?: string;
+        dialect: "agentrl" | "vllm";
       }) => {
         const config = await configFromOptions(options);
         const { createTransport } = await import("../../shared/transport/index.ts");
@@ -34,6 +41,7 @@ export function register(program: Command): void {
               controller: options.controllerUrl,
               current: options.currentUrl,
               stale: options.staleUrl,
+              dialect: options.dialect,
             },
             stop.signal,
           );
@@ -45,4 +53,9 @@ export function register(program: Command): void {
         }
       },
     );
+}
+
+function dialectOption(value: string): "agentrl" | "vllm" {
+  if (value === "agentrl" || value === "vllm") return value;
+  throw new InvalidArgumentError(`--dialect must be "agentrl" or "vllm", got "${value}"`);
 }

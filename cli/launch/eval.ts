@@ -34,6 +34,8 @@ export interface EvalRunOptions {
   readonly controllerUrl: string;
   readonly policyUrl: string;
   readonly model?: string;
+  /** Bearer token for the policy endpoint (a hosted baseline). */
+  readonly apiKey?: string;
   readonly label: string;
   readonly tasks: readonly EvalTask[];
   readonly split: "train" | "test";
@@ -51,7 +53,11 @@ export interface EvalRunOptions {
 export async function runEval(options: EvalRunOptions): Promise<EvalReport> {
   const report = await evaluate({
     controllerUrl: options.controllerUrl,
-    policy: { url: options.policyUrl, ...(options.model ? { model: options.model } : {}) },
+    policy: {
+      url: options.policyUrl,
+      ...(options.model ? { model: options.model } : {}),
+      ...(options.apiKey ? { apiKey: options.apiKey } : {}),
+    },
     policyLabel: options.label,
     tasks: options.tasks,
     split: options.split,

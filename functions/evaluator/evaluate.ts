@@ -15,7 +15,8 @@ export interface EvalTask {
 export interface EvalOptions {
   readonly controllerUrl: string;
   /** OpenAI-compatible base URL and model name of the policy under evaluation. */
-  readonly policy: { readonly url: string; readonly model?: string };
+  /** `apiKey` is sent as a bearer token (hosted baselines). */
+  readonly policy: { readonly url: string; readonly model?: string; readonly apiKey?: string };
   /** Label in the report (`v3`, a URL, a model name). */
   readonly policyLabel: string;
   readonly tasks: readonly EvalTask[];
@@ -134,6 +135,7 @@ export async function evaluate(options: EvalOptions): Promise<EvalReport> {
     url: options.policy.url,
     model: options.policy.model ?? "agentrl",
     requiresTrace: false,
+    ...(options.policy.apiKey ? { apiKey: options.policy.apiKey } : {}),
   };
   const samples = options.samples ?? 1;
   const jobs = options.tasks.flatMap((t) =>

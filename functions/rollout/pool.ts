@@ -1,5 +1,6 @@
 import type { RolloutConfig } from "../../shared/config/rollout.ts";
 import type { PolicyEndpoint } from "../../shared/policy/client.ts";
+import type { PolicyDialect } from "../../shared/policy/dialect.ts";
 
 /** URLs of our own policy servers (OpenAI base URLs). */
 export interface PoolUrls {
@@ -9,6 +10,8 @@ export interface PoolUrls {
   readonly stale?: string;
   /** Model name sent to our servers. @default "agentrl" */
   readonly model?: string;
+  /** How the current and stale servers report tokens: our own servers, or vLLM/SGLang-style engines. @default "agentrl" */
+  readonly dialect?: PolicyDialect;
 }
 
 /** A pool member and its per-turn probability. */
@@ -29,7 +32,8 @@ export class PolicyPool {
 
   constructor(rollout: RolloutConfig, urls: PoolUrls) {
     const model = urls.model ?? "agentrl";
-    const current: PolicyEndpoint = { pool: "current", url: urls.current, model, requiresTrace: true };
+    const dialect = urls.dialect ?? "agentrl";
+    const current: PolicyEndpoint = { pool: "current", url: urls.current, model, requiresTrace: true, dialect };
     const cross = rollout.crossPolicy;
     if (!cross.enabled) {
       this.members = [{ endpoint: current, probability: 1 }];
@@ -38,7 +42,7 @@ export class PolicyPool {
     const members: PoolMember[] = [];
     if (urls.stale && cross.staleProbability > 0)
       members.push({
-        endpoint: { pool: "stale", url: urls.stale, model, requiresTrace: true },
+        endpoint: { pool: "stale", url: urls.stale, model, requiresTrace: true, dialect },
         probability: cross.staleProbability,
       });
     for (const external of cross.external)

@@ -1,8 +1,17 @@
+import { Template } from "@huggingface/jinja";
+import { z } from "zod";
 import { AgentRlError } from "../errors.ts";
 import type { AssistantMessage, ChatMessage, ToolSpec } from "../protocol/openai.ts";
 import { parseAssistant } from "./parse.ts";
 import { renderChat, TURN_SUFFIX } from "./template.ts";
-import { BpeTokenizer, END_OF_TEXT, END_OF_TURN, type TokenizerJson, trainTokenizer } from "./tokenizer.ts";
+import {
+  BpeTokenizer,
+  END_OF_TEXT,
+  END_OF_TURN,
+  type ModelTokenizerJson,
+  type TokenizerJson,
+  trainTokenizer,
+} from "./tokenizer.ts";
 
 export class ChatTemplateError extends AgentRlError {
   override readonly name = "ChatTemplateError";
@@ -42,14 +51,39 @@ export class ChatCodec {
   /** `<|endoftext|>`: also stops generation. */
   readonly endOfTextId: number;
 
-  constructor(readonly tokenizer: BpeTokenizer) {
+  /** A model's own chat template (tokenizer_config.json), or undefined for this project's CHAT_TEMPLATE. */
+  private readonly template: Template | undefined;
+
+  constructor(
+    readonly tokenizer: BpeTokenizer,
+    options: { chatTemplate?: string } = {},
+  ) {
     this.endOfTurnId = tokenizer.special(END_OF_TURN);
     this.endOfTextId = tokenizer.special(END_OF_TEXT);
+    try {
+      this.template = options.chatTemplate === undefined ? undefined : new Template(options.chatTemplate);
+    } catch (error) {
+      throw new ChatTemplateError(`chat_template does not parse: ${(error as Error).message}`);
+    }
   }
 
   /** Loads a codec from a tokenizer.json object (validated). */
   static fromTokenizerJson(json: unknown): ChatCodec {
     return new ChatCodec(BpeTokenizer.fromJson(json));
+  }
+
+  /**
+   * A model's own format: its tokenizer.json and the `chat_template` of its tokenizer_config.json
+   * (ChatML-style: turns end with `<|im_end|>`, tool calls in `<tool_call>` JSON, as Qwen2.5/Qwen3).
+   * @example ChatCodec.fromModelFiles(JSON.parse(tokenizerText), JSON.parse(tokenizerConfigText))
+   */
+  static fromModelFiles(tokenizerJson: unknown, tokenizerConfig: unknown): ChatCodec {
+    const config = z
+      .object({ chat_template: z.string().min(1) })
+      .passthrough()
+      .safeParse(tokenizerConfig);
+    if (!config.success) throw new ChatTemplateError("tokenizer_config.json: chat_template is missing or not a string");
+    return new ChatCodec(BpeTokenizer.fromJson(tokenizerJson), { chatTemplate: config.data.chat_template });
   }
 
   /**
@@ -70,7 +104,7 @@ export class ChatCodec {
   }
 
   /** The tokenizer.json object to store in a checkpoint. */
-  tokenizerJson(): TokenizerJson {
+  tokenizerJson(): TokenizerJson | ModelTokenizerJson {
     return this.tokenizer.json;
   }
 
@@ -83,12 +117,12 @@ export class ChatCodec {
   }
 
   render(messages: readonly ChatMessage[], tools?: readonly ToolSpec[], addGenerationPrompt = false): string {
-    return renderChat(messages, tools, { addGenerationPrompt });
+    return renderChat(messages, tools, { addGenerationPrompt }, this.template);
   }
 
   /** Prompt for the next assistant turn: messages + tools, ending with `<|im_start|>assistant\n`. */
   promptTokens(messages: readonly ChatMessage[], tools?: readonly ToolSpec[]): number[] {
-    return this.encode(renderChat(messages, tools, { addGenerationPrompt: true }));
+    return this.encode(this.render(messages, tools, true));
   }
 
   /**
@@ -100,8 +134,8 @@ export class ChatCodec {
     assistant: AssistantMessage,
     tools?: readonly ToolSpec[],
   ): number[] {
-    const before = renderChat(prevMessages, tools, { addGenerationPrompt: true });
-    const after = renderChat([...prevMessages, assistant], tools, { addGenerationPrompt: false });
+    const before = this.render(prevMessages, tools, true);
+    const after = this.render([...prevMessages, assistant], tools, false);
     const turn = suffixAfter(before, after, "assistant turn");
     if (!turn.endsWith(TURN_SUFFIX))
       throw new ChatTemplateError("an assistant turn must render ending in <|im_end|>\\n");
@@ -125,11 +159,15 @@ export class ChatCodec {
     const last = prevMessages[prevMessages.length - 1];
     if (last?.role !== "assistant")
       throw new ChatTemplateError("continuationTokens: prevMessages must end with the generated assistant message");
-    const before = renderChat(prevMessages, tools, { addGenerationPrompt: false });
-    const after = renderChat([...prevMessages, ...newMessages], tools, {
-      addGenerationPrompt: options.addGenerationPrompt ?? true,
-    });
-    const observation = suffixAfter(before, after, "observation");
+    const observation = this.template
+      ? this.observationText(newMessages, tools, options.addGenerationPrompt ?? true)
+      : suffixAfter(
+          renderChat(prevMessages, tools, { addGenerationPrompt: false }),
+          renderChat([...prevMessages, ...newMessages], tools, {
+            addGenerationPrompt: options.addGenerationPrompt ?? true,
+          }),
+          "observation",
+        );
     const lastId = generated?.[generated.length - 1];
     const closed = generated === undefined || (lastId !== undefined && this.stopTokenIds.includes(lastId));
     return this.encode((closed ? "\n" : TURN_SUFFIX) + observation);
@@ -164,6 +202,28 @@ export class ChatCodec {
       i = next;
     }
     return { tokens, lossMask };
+  }
+
+  /**
+   * The text a model template renders for `newMessages` after an assistant turn, found behind a
+   * stand-in assistant turn: templates such as Qwen3's render the last assistant turn differently
+   * from earlier ones, so diffing renders of the real conversation would change earlier text.
+   */
+  private observationText(
+    newMessages: readonly ChatMessage[],
+    tools: readonly ToolSpec[] | undefined,
+    addGenerationPrompt: boolean,
+  ): string {
+    const marker = "agentrl-stand-in-turn";
+    const full = this.render(
+      [{ role: "user", content: "agentrl-stand-in-query" }, { role: "assistant", content: marker }, ...newMessages],
+      tools,
+      addGenerationPrompt,
+    );
+    const end = full.indexOf(TURN_SUFFIX, full.indexOf(marker));
+    if (full.indexOf(marker) < 0 || end < 0)
+      throw new ChatTemplateError("the chat template does not end assistant turns with <|im_end|>\\n (ChatML)");
+    return full.slice(end + TURN_SUFFIX.length);
   }
 
   /** Parses generated text into an assistant message (see `parseAssistant`). */

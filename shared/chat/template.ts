@@ -57,6 +57,7 @@ export function renderChat(
   messages: readonly ChatMessage[],
   tools: readonly ToolSpec[] | undefined,
   options: { addGenerationPrompt: boolean },
+  template: Template = compiled,
 ): string {
   if (messages.length === 0) return options.addGenerationPrompt ? ASSISTANT_PREFIX : "";
   const templateMessages = messages.map((message) =>
@@ -70,7 +71,7 @@ export function renderChat(
         }
       : message,
   );
-  return compiled.render({
+  return template.render({
     messages: templateMessages,
     tools: tools && tools.length > 0 ? tools : undefined,
     add_generation_prompt: options.addGenerationPrompt,

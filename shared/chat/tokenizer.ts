@@ -92,6 +92,25 @@ export const TokenizerJson = z.object({
 });
 export type TokenizerJson = z.infer<typeof TokenizerJson>;
 
+/**
+ * Any byte-level BPE tokenizer.json a Hugging Face model ships (Qwen2/2.5/3: NFC normalizer, a
+ * Split + ByteLevel pre-tokenizer sequence): only the parts this class reads are checked, the rest
+ * is @huggingface/tokenizers' business. Such a file needs only the two stop tokens as added tokens.
+ */
+export const ModelTokenizerJson = z
+  .object({
+    added_tokens: z.array(z.object({ id: z.number().int().nonnegative(), content: z.string().min(1) }).passthrough()),
+    model: z
+      .object({
+        type: z.literal("BPE"),
+        vocab: z.record(z.string(), z.number().int().nonnegative()),
+        merges: z.array(z.union([z.string(), z.tuple([z.string(), z.string()])])),
+      })
+      .passthrough(),
+  })
+  .passthrough();
+export type ModelTokenizerJson = z.infer<typeof ModelTokenizerJson>;
+
 export class TokenizerError extends AgentRlError {
   override readonly name = "TokenizerError";
 }
@@ -223,20 +242,34 @@ export class BpeTokenizer {
   /** Number of ids in use (bytes + specials + merges); the model's vocabSize must be at least this. */
   readonly size: number;
 
-  private constructor(readonly json: TokenizerJson) {
+  private constructor(
+    readonly json: TokenizerJson | ModelTokenizerJson,
+    required: readonly SpecialToken[] = SPECIAL_TOKENS,
+  ) {
     this.hf = new HfTokenizer(json, { clean_up_tokenization_spaces: false });
     const ids = new Map<SpecialToken, number>();
     for (const token of SPECIAL_TOKENS) {
       const added = json.added_tokens.find((t) => t.content === token);
-      if (!added) throw new TokenizerError(`tokenizer.json lacks the special token ${token}`);
-      ids.set(token, added.id);
+      if (added) ids.set(token, added.id);
+      else if (required.includes(token)) throw new TokenizerError(`tokenizer.json lacks the special token ${token}`);
     }
     this.specialIds = ids;
-    this.size = Math.max(...Object.values(json.model.vocab), ...json.added_tokens.map((t) => t.id)) + 1;
+    // A loop, not Math.max(...): a model vocabulary (150k ids) overflows the argument stack.
+    let largest = -1;
+    for (const id of Object.values(json.model.vocab)) if (id > largest) largest = id;
+    for (const t of json.added_tokens) if (t.id > largest) largest = t.id;
+    this.size = largest + 1;
   }
 
-  /** Validates and loads a tokenizer.json object (as parsed JSON). */
+  /**
+   * Validates and loads a tokenizer.json object (as parsed JSON): one this project trained, or a
+   * model's own byte-level BPE file (ModelTokenizerJson) holding at least the two stop tokens.
+   */
   static fromJson(json: unknown): BpeTokenizer {
+    const own = TokenizerJson.safeParse(json);
+    if (own.success) return new BpeTokenizer(own.data);
+    const model = ModelTokenizerJson.safeParse(json);
+    if (model.success) return new BpeTokenizer(model.data, [END_OF_TURN, END_OF_TEXT]);
     return new BpeTokenizer(parseOrThrow(TokenizerJson, json, "tokenizer.json"));
   }
 
@@ -266,9 +299,11 @@ export class BpeTokenizer {
     return this.hf.decode([...ids], { skip_special_tokens: false, clean_up_tokenization_spaces: false });
   }
 
-  /** Id of a special token. */
+  /** Id of a special token (a model's own tokenizer may lack the tool-markup ones). */
   special(token: SpecialToken): number {
-    return this.specialIds.get(token) as number;
+    const id = this.specialIds.get(token);
+    if (id === undefined) throw new TokenizerError(`tokenizer.json has no special token ${token}`);
+    return id;
   }
 
   /** The token's string as stored in the vocabulary (byte-level form), for logprob displays. */

@@ -13,6 +13,7 @@ export const ModelConfig = z
     ropeTheta: z.number().positive().default(10_000).describe("rotary base"),
     normEps: z.number().positive().default(1e-5).describe("RMSNorm epsilon"),
     tieEmbeddings: z.boolean().default(false).describe("logits from the input embedding table (no lm_head)"),
+    qkvBias: z.boolean().default(false).describe("learned biases on the q/k/v projections (Qwen2)"),
   })
   .strict()
   .superRefine((m, ctx) => {

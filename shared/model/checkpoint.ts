@@ -18,6 +18,8 @@ export const CHECKPOINT_PREFIX = "policies/";
 export const CHECKPOINT_FILES = ["config.json", "tokenizer.json", "weights.safetensors"] as const;
 /** Optional file: Adam moments (`m.<param>`, `v.<param>`, metadata `t`), written when asked for. */
 export const OPTIMIZER_FILE = "optimizer.safetensors";
+/** Optional file: what a Hugging Face import knew (architecture, dtype, config, tokenizer config), for export. */
+export const HF_METADATA_FILE = "hf.json";
 
 /** The manifest written last under policies/v{N}/: a version exists exactly when its manifest does. */
 export const CheckpointManifest = z
@@ -32,7 +34,7 @@ export const CheckpointManifest = z
     files: z.array(
       z
         .object({
-          name: z.enum([...CHECKPOINT_FILES, OPTIMIZER_FILE]),
+          name: z.enum([...CHECKPOINT_FILES, OPTIMIZER_FILE, HF_METADATA_FILE]),
           size: z.number().int().min(0),
           sha256: z.string().regex(/^[0-9a-f]{64}$/),
         })
@@ -68,6 +70,8 @@ export interface SaveCheckpointOptions {
    * this version continues the same update rule. @default false - a resumed trainer restarts Adam's moments
    */
   optimizerState?: boolean;
+  /** Contents of hf.json (see shared/model/hf), carried from an import to an export. */
+  hfMetadataJson?: string;
 }
 
 /**
@@ -109,6 +113,11 @@ export async function saveCheckpoint(
     const body = encodeSafetensors(moments, { t: String(state.t) });
     await store.put(`${prefix}${OPTIMIZER_FILE}`, body);
     files.push({ name: OPTIMIZER_FILE, size: body.length, sha256: sha256(body) });
+  }
+  if (options.hfMetadataJson !== undefined) {
+    const body = bytesOf(options.hfMetadataJson);
+    await store.put(`${prefix}${HF_METADATA_FILE}`, body);
+    files.push({ name: HF_METADATA_FILE, size: body.length, sha256: sha256(body) });
   }
   const manifest = CheckpointManifest.parse({
     schemaVersion: CHECKPOINT_SCHEMA_VERSION,

@@ -52,6 +52,7 @@ export function parameterShapes(config: ModelConfig): Array<{ name: string; shap
     shapes.push(
       { name: `layers.${i}.attn_norm`, shape: [d] },
       { name: `layers.${i}.attn.wqkv`, shape: [d, (config.heads + 2 * config.kvHeads) * hd] },
+      ...(config.qkvBias ? [{ name: `layers.${i}.attn.bqkv`, shape: [(config.heads + 2 * config.kvHeads) * hd] }] : []),
       { name: `layers.${i}.attn.wo`, shape: [config.heads * hd, d] },
       { name: `layers.${i}.ffn_norm`, shape: [d] },
       { name: `layers.${i}.ffn.w_gate`, shape: [d, config.ffnHidden] },
@@ -84,7 +85,9 @@ export function initialValues(config: ModelConfig, seed: number): Map<string, Fl
   for (const { name, shape } of parameterShapes(config)) {
     const size = shape.reduce((a, b) => a * b, 1);
     const out = new Float32Array(size);
-    if (shape.length === 1) out.fill(1);
+    // Biases start at 0, norm gains at 1.
+    if (name.endsWith("bqkv")) out.fill(0);
+    else if (shape.length === 1) out.fill(1);
     else {
       const std = name.endsWith("wo") || name.endsWith("w_down") ? 0.02 / Math.sqrt(2 * config.layers) : 0.02;
       for (let i = 0; i < size; i++) out[i] = normal() * std;
@@ -97,6 +100,8 @@ export function initialValues(config: ModelConfig, seed: number): Map<string, Fl
 interface LayerParams {
   attnNorm: tf.Variable;
   wqkv: tf.Variable;
+  /** q|k|v bias [qkvWidth] when config.qkvBias. */
+  bqkv: tf.Variable | undefined;
   wo: tf.Variable;
   ffnNorm: tf.Variable;
   wGate: tf.Variable;
@@ -176,6 +181,7 @@ export class TransformerPolicy implements InferencePolicy, TrainablePolicy {
     this.layerParams = Array.from({ length: config.layers }, (_, i) => ({
       attnNorm: p(`layers.${i}.attn_norm`),
       wqkv: p(`layers.${i}.attn.wqkv`),
+      bqkv: config.qkvBias ? p(`layers.${i}.attn.bqkv`) : undefined,
       wo: p(`layers.${i}.attn.wo`),
       ffnNorm: p(`layers.${i}.ffn_norm`),
       wGate: p(`layers.${i}.ffn.w_gate`),
@@ -190,7 +196,8 @@ export class TransformerPolicy implements InferencePolicy, TrainablePolicy {
     let x = embed(this.embedTable as tf.Tensor2D, ids);
     for (let i = 0; i < this.layerParams.length; i++) {
       const l = this.layerParams[i]!;
-      const qkv = linear(rmsNorm(x, l.attnNorm as tf.Tensor1D, eps), l.wqkv as tf.Tensor2D);
+      const projected = linear(rmsNorm(x, l.attnNorm as tf.Tensor1D, eps), l.wqkv as tf.Tensor2D);
+      const qkv = l.bqkv ? (tf.add(projected, l.bqkv) as tf.Tensor2D) : projected;
       x = tf.add(x, linear(attend(i, qkv), l.wo as tf.Tensor2D));
       const h = rmsNorm(x, l.ffnNorm as tf.Tensor1D, eps);
       const ffn = swiglu(linear(h, l.wGate as tf.Tensor2D), linear(h, l.wUp as tf.Tensor2D));

@@ -7,6 +7,7 @@ import {
   type GenerationTrace,
   type ToolSpec,
 } from "../../shared/protocol/openai.ts";
+import { DialectError, type PolicyDialect, traceFromVllmAnswer } from "./dialect.ts";
 
 /**
  * A minimal OpenAI-compatible chat-completions client for the agent loop. It reads the
@@ -39,8 +40,12 @@ export interface PolicyEndpoint {
   /** OpenAI base URL; `/v1` is appended when missing. */
   readonly url: string;
   readonly model: string;
-  /** Whether answers must carry the `agentrl` trace (true for our own policy servers). */
+  /** Whether answers must carry a token trace (true for the pools the trainer learns from). */
   readonly requiresTrace: boolean;
+  /** How the endpoint reports token ids and log-probs (see PolicyDialect). @default "agentrl" */
+  readonly dialect?: PolicyDialect;
+  /** Sent as `Authorization: Bearer <key>` (hosted OpenAI-compatible APIs). */
+  readonly apiKey?: string;
 }
 
 /** What one assistant turn came back as. */
@@ -80,6 +85,7 @@ export class PolicyClient {
 
   /** One completion (n = 1) from `endpoint`. */
   async generate(endpoint: PolicyEndpoint, request: GenerateRequest, signal?: AbortSignal): Promise<Generation> {
+    const vllm = endpoint.dialect === "vllm";
     const body: Partial<ChatCompletionRequest> = {
       model: endpoint.model,
       messages: [...request.messages],
@@ -90,7 +96,8 @@ export class PolicyClient {
       logprobs: true,
       n: 1,
       ...(request.seed === undefined ? {} : { seed: request.seed }),
-      ...(endpoint.requiresTrace && request.promptTokenIds && request.promptTokenIds.length > 0
+      ...(vllm ? { return_token_ids: true } : {}),
+      ...(!vllm && endpoint.requiresTrace && request.promptTokenIds && request.promptTokenIds.length > 0
         ? { agentrl: { prompt_token_ids: [...request.promptTokenIds] } }
         : {}),
     };
@@ -100,7 +107,10 @@ export class PolicyClient {
     try {
       response = await this.fetchImpl(url, {
         method: "POST",
-        headers: { "content-type": "application/json" },
+        headers: {
+          "content-type": "application/json",
+          ...(endpoint.apiKey ? { authorization: `Bearer ${endpoint.apiKey}` } : {}),
+        },
         body: JSON.stringify(body),
         signal: signal ? AbortSignal.any([signal, timeout]) : timeout,
       });
@@ -131,6 +141,18 @@ export class PolicyClient {
     }
     const choice = parsed.data.choices[0];
     if (!choice) throw new PolicyUnavailableError(`policy ${endpoint.pool}: answer has no choices`);
+    if (vllm) {
+      try {
+        const trace = traceFromVllmAnswer(parsed.data, choice, response.headers);
+        return { message: choice.message, finishReason: choice.finish_reason, trace };
+      } catch (error) {
+        if (!(error instanceof DialectError)) throw error;
+        // Without ids and log-probs the turn cannot be learned from; an external baseline can still act.
+        if (endpoint.requiresTrace)
+          throw new PolicyRequestError(`policy ${endpoint.pool}: vLLM-dialect answer: ${error.message}`, 502);
+        return { message: choice.message, finishReason: choice.finish_reason };
+      }
+    }
     if (endpoint.requiresTrace) {
       const trace = choice.agentrl;
       if (!trace) throw new PolicyUnavailableError(`policy ${endpoint.pool}: answer lacks the agentrl token trace`);

@@ -49,6 +49,12 @@ export const ToolSpec = z.object({
 });
 export type ToolSpec = z.infer<typeof ToolSpec>;
 
+/**
+ * Response header naming the policy version that answered a chat completion; clients that read
+ * only OpenAI/vLLM fields (no `agentrl` trace) take the version from it or from the model name.
+ */
+export const POLICY_VERSION_HEADER = "x-policy-version";
+
 export const ChatCompletionRequest = z.object({
   model: z.string().default("agentrl"),
   messages: z.array(ChatMessage).min(1),
@@ -60,6 +66,8 @@ export const ChatCompletionRequest = z.object({
   seed: z.number().int().optional(),
   n: z.number().int().min(1).max(16).default(1),
   logprobs: z.boolean().default(false),
+  /** vLLM's extension: answer with top-level `prompt_token_ids` and `choices[].token_ids`. */
+  return_token_ids: z.boolean().optional(),
   stream: z.literal(false).optional(),
   /**
    * agentrl extension: the prompt as token ids, used instead of rendering `messages`, so a
@@ -97,11 +105,20 @@ export const ChatCompletionChoice = z.object({
   finish_reason: z.enum(["stop", "length", "tool_calls"]),
   logprobs: z
     .object({
-      content: z.array(z.object({ token: z.string(), logprob: z.number(), bytes: z.array(z.number()).nullable() })),
+      content: z.array(
+        z.object({
+          token: z.string(),
+          logprob: z.number(),
+          bytes: z.array(z.number()).nullable(),
+          top_logprobs: z.array(z.unknown()).optional(),
+        }),
+      ),
     })
     .nullable()
     .default(null),
   agentrl: GenerationTrace.optional(),
+  /** vLLM dialect (`return_token_ids: true`): the generated ids. */
+  token_ids: z.array(z.number().int()).nullable().optional(),
 });
 export type ChatCompletionChoice = z.infer<typeof ChatCompletionChoice>;
 
@@ -111,6 +128,8 @@ export const ChatCompletionResponse = z.object({
   created: z.number().int(),
   model: z.string(),
   choices: z.array(ChatCompletionChoice),
+  /** vLLM dialect (`return_token_ids: true`): the prompt ids the engine fed the model. */
+  prompt_token_ids: z.array(z.number().int()).nullable().optional(),
   usage: z.object({
     prompt_tokens: z.number().int(),
     completion_tokens: z.number().int(),
@@ -118,3 +137,22 @@ export const ChatCompletionResponse = z.object({
   }),
 });
 export type ChatCompletionResponse = z.infer<typeof ChatCompletionResponse>;
+
+/**
+ * SGLang's `POST /update_weights_from_disk`: load new weights from a Hugging Face folder the
+ * engine can read, labelled `weight_version` (a version number here). The engine answers
+ * `success` only once the new weights serve.
+ */
+export const UpdateWeightsFromDiskRequest = z.object({
+  model_path: z.string().min(1),
+  weight_version: z.union([z.number().int().nonnegative(), z.string().regex(/^\d+$/).transform(Number)]).optional(),
+  load_format: z.string().optional(),
+  abort_all_requests: z.boolean().optional(),
+});
+export type UpdateWeightsFromDiskRequest = z.infer<typeof UpdateWeightsFromDiskRequest>;
+
+export const UpdateWeightsFromDiskResponse = z.object({
+  success: z.boolean(),
+  message: z.string(),
+});
+export type UpdateWeightsFromDiskResponse = z.infer<typeof UpdateWeightsFromDiskResponse>;

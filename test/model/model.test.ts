@@ -91,6 +91,7 @@ describe("rollout/trainer agreement", () => {
     ["1 kv head per 4 query heads", { kvHeads: 1 }],
     ["4 kv heads per 4 query heads", { kvHeads: 4 }],
     ["tied embeddings", { tieEmbeddings: true }],
+    ["q/k/v biases", { qkvBias: true }],
   ])("agrees with the decoder with %s", (_, variant) => {
     const policy = createPolicy({ ...SMALL, ...variant }, 12);
     const seqs = [tokens(18, 5), tokens(11, 6)];
@@ -157,8 +158,12 @@ describe("training", () => {
     policy.dispose();
   });
 
-  it.each([false, true])("matches finite differences of the loss (tied embeddings: %s)", (tieEmbeddings) => {
-    const policy = createPolicy({ ...SMALL, dModel: 16, ffnHidden: 24, layers: 2, tieEmbeddings }, 21);
+  it.each([
+    ["untied head", { tieEmbeddings: false }],
+    ["tied embeddings", { tieEmbeddings: true }],
+    ["q/k/v biases", { qkvBias: true }],
+  ])("matches finite differences of the loss (%s)", (_, variant) => {
+    const policy = createPolicy({ ...SMALL, dModel: 16, ffnHidden: 24, layers: 2, ...variant }, 21);
     const seqs = [tokens(7, 1), tokens(5, 2)];
     const temperature = 0.8;
     // Weighted sum so the check also covers a non-uniform upstream gradient.

@@ -9,6 +9,9 @@ import {
   type ChatCompletionChoice,
   ChatCompletionRequest,
   type ChatCompletionResponse,
+  POLICY_VERSION_HEADER,
+  UpdateWeightsFromDiskRequest,
+  type UpdateWeightsFromDiskResponse,
 } from "../../shared/protocol/openai.ts";
 import type { Pool } from "./follower.ts";
 import { BatchScheduler, GenerationError, type GenerationResult } from "./scheduler.ts";
@@ -23,6 +26,8 @@ export interface PolicyServerOptions {
   /** Name reported by /v1/models and in responses. @default "agentrl-<pool>" */
   readonly modelName?: string;
   readonly pool?: Pool;
+  /** Loads a Hugging Face folder as `version`: enables SGLang's `POST /update_weights_from_disk`. */
+  readonly loadWeights?: (modelPath: string, version: number) => Promise<InferencePolicy>;
 }
 
 /** A policy server: the HTTP app plus the scheduler and the hook that swaps weights. */
@@ -79,6 +84,33 @@ export function createPolicyServer(options: PolicyServerOptions): PolicyServer {
     }),
   );
 
+  // SGLang-style weight sync, so the external-engine sync path runs against this server too.
+  app.post("/update_weights_from_disk", async (c) => {
+    const request = await readJson(c, UpdateWeightsFromDiskRequest, "update_weights_from_disk request");
+    if (!options.loadWeights) throw new HttpError(501, "this server was started without a weight loader");
+    const version = request.weight_version ?? scheduler.policyVersion + 1;
+    let policy: InferencePolicy;
+    try {
+      policy = await options.loadWeights(request.model_path, version);
+    } catch (error) {
+      const body: UpdateWeightsFromDiskResponse = {
+        success: false,
+        message: `model_path: ${(error as Error).message}`,
+      };
+      return c.json(body, 400);
+    }
+    try {
+      await install(policy);
+    } catch (error) {
+      // A different architecture does not fit the running decoder: keep serving the old weights.
+      policy.dispose();
+      const body: UpdateWeightsFromDiskResponse = { success: false, message: (error as Error).message };
+      return c.json(body, 400);
+    }
+    const body: UpdateWeightsFromDiskResponse = { success: true, message: `serving version ${version}` };
+    return c.json(body);
+  });
+
   app.post("/v1/chat/completions", async (c) => {
     const request = await readJson(c, ChatCompletionRequest, "chat completion request");
     const prompt = request.agentrl?.prompt_token_ids ?? codec.promptTokens(request.messages, request.tools);
@@ -128,14 +160,27 @@ export function createPolicyServer(options: PolicyServerOptions): PolicyServer {
       created: Math.floor(Date.now() / 1000),
       model: modelName,
       choices,
+      ...(request.return_token_ids ? { prompt_token_ids: [...prompt] } : {}),
       usage: {
         prompt_tokens: prompt.length,
         completion_tokens: completionTokens,
         total_tokens: prompt.length + completionTokens,
       },
     };
+    // The version that produced the last token: clients that read only OpenAI fields (vLLM dialect) take it from here.
+    c.header(
+      POLICY_VERSION_HEADER,
+      String(Math.max(...results.map((r) => r.versions.at(-1) ?? scheduler.policyVersion))),
+    );
     return c.json(body);
   });
+
+  async function install(policy: InferencePolicy): Promise<void> {
+    const previous = current;
+    await scheduler.switchPolicy(policy);
+    current = policy;
+    if (previous !== policy) previous.dispose();
+  }
 
   function toChoice(
     result: GenerationResult,
@@ -158,9 +203,11 @@ export function createPolicyServer(options: PolicyServerOptions): PolicyServer {
               token: codec.decode([token]),
               logprob: result.logprobs[t] as number,
               bytes: codec.tokenizer.tokenBytes(token),
+              top_logprobs: [],
             })),
           }
         : null,
+      ...(request.return_token_ids ? { token_ids: result.tokens } : {}),
       agentrl: {
         token_ids: result.tokens,
         logprobs: result.logprobs,
@@ -176,12 +223,7 @@ export function createPolicyServer(options: PolicyServerOptions): PolicyServer {
     app,
     scheduler,
     version: () => scheduler.policyVersion,
-    async install(policy: InferencePolicy): Promise<void> {
-      const previous = current;
-      await scheduler.switchPolicy(policy);
-      current = policy;
-      if (previous !== policy) previous.dispose();
-    },
+    install,
     async close(): Promise<void> {
       await scheduler.stop();
       decoder.dispose();

@@ -6,6 +6,7 @@ import { AgentRlError } from "../../shared/errors.ts";
 import { listen } from "../../shared/http.ts";
 import type { Logger } from "../../shared/log.ts";
 import { loadCheckpoint, newestVersion } from "../../shared/model/checkpoint.ts";
+import { hfCheckpointStore, isHfFolder, loadHfPolicy, modelTokenizerConfig } from "../../shared/model/hf/index.ts";
 import { initBackend } from "../../shared/model/index.ts";
 import { createTransport } from "../../shared/transport/index.ts";
 import { LocalObjectStore } from "../../shared/transport/local.ts";
@@ -54,9 +55,14 @@ export async function servePolicy(options: ServePolicyOptions): Promise<RunningP
   const init = config.policy.init;
   if (!/^(newest|\d+)$/.test(init) && !isFolder(init))
     throw new PolicyServerStartError(
-      `policy.init "${init}" is not allowed: use "newest", a version number, or an existing checkpoint folder`,
+      `policy.init "${init}" is not allowed: use "newest", a version number, an existing checkpoint folder or a Hugging Face model folder`,
     );
-  const initStore = isFolder(init) ? new LocalObjectStore(init) : store;
+  // A transformers folder (config.json + safetensors) is imported in memory as version 0.
+  const initStore = isFolder(init)
+    ? isHfFolder(init)
+      ? await hfCheckpointStore(init)
+      : new LocalObjectStore(init)
+    : store;
 
   let first: number | undefined;
   if (/^\d+$/.test(init)) first = Number(init);
@@ -73,7 +79,11 @@ export async function servePolicy(options: ServePolicyOptions): Promise<RunningP
     }
   }
   const loaded = await loadCheckpoint(initStore, first);
-  const codec = ChatCodec.fromTokenizerJson(JSON.parse(loaded.tokenizerJson));
+  // An imported model keeps its own chat template (hf.json); otherwise the project's.
+  const modelTemplate = await modelTokenizerConfig(initStore, loaded.manifest);
+  const codec = modelTemplate
+    ? ChatCodec.fromModelFiles(JSON.parse(loaded.tokenizerJson), modelTemplate)
+    : ChatCodec.fromTokenizerJson(JSON.parse(loaded.tokenizerJson));
   if (codec.tokenizer.size > loaded.config.vocabSize)
     throw new PolicyServerStartError(
       `tokenizer has ${codec.tokenizer.size} ids but the model's vocabSize is ${loaded.config.vocabSize}`,
@@ -84,6 +94,7 @@ export async function servePolicy(options: ServePolicyOptions): Promise<RunningP
     log,
     maxBatch: config.policy.maxBatch,
     pool,
+    loadWeights: loadHfPolicy,
   });
 
   const source: PolicySource = {
