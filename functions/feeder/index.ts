@@ -1,5 +1,5 @@
 /** The feeder role: task mix -> RolloutRequests with backpressure (async) or one batch per version (sync). */
-import { newestVersion } from "../../shared/model/checkpoint.ts";
+import { newestVersion } from "../../shared/protocol/checkpoints.ts";
 import type { ObjectStore } from "../../shared/transport/types.ts";
 
 export * from "./feeder.ts";

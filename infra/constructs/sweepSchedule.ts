@@ -7,8 +7,8 @@ import * as scheduler from "aws-cdk-lib/aws-scheduler";
 import * as targets from "aws-cdk-lib/aws-scheduler-targets";
 import { NagSuppressions } from "cdk-nag";
 import { Construct } from "constructs";
-import { expandGrid, type SweepSpec } from "../../functions/sweep/spec.ts";
 import type { ContainerEnvInputOf } from "../../shared/config/containerEnv.ts";
+import { expandGrid, type SweepSpec } from "../../shared/config/sweep.ts";
 import { InvalidPropError, requireRange } from "./validate.ts";
 
 /** Props of {@link SweepSchedule}. */

@@ -1,10 +1,10 @@
 import type { Template } from "aws-cdk-lib/assertions";
 import { beforeAll, describe, expect, it } from "vitest";
-import { parseSweepSpec, SweepSpec } from "../../functions/sweep/spec.ts";
 import { messagingPropsFor } from "../../infra/agentRlApp.ts";
 import { CONTAINER_COMMAND } from "../../infra/constructs/roleService.ts";
 import { ContainerEnv } from "../../shared/config/containerEnv.ts";
 import { parseConfig, TASK_NAMES } from "../../shared/config/index.ts";
+import { parseSweepSpec, SweepSpec } from "../../shared/config/sweep.ts";
 import { type CollectingNagLogger, synthAgentRl } from "./synth.ts";
 
 type Resource = {

@@ -1,9 +1,9 @@
 import * as tf from "@tensorflow/tfjs";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { type ExperimentConfigInput, parseConfig } from "../../shared/config/index.ts";
-import { listVersions } from "../../shared/model/checkpoint.ts";
 import { createPolicy } from "../../shared/model/transformer.ts";
 import type { TrainablePolicy } from "../../shared/model/types.ts";
+import { listVersions } from "../../shared/protocol/checkpoints.ts";
 import { PolicyPublished, type TrajectoryReady } from "../../shared/protocol/messages.ts";
 import type { StepMetrics } from "../../shared/protocol/metrics.ts";
 import { createTransport } from "../../shared/transport/index.ts";
