@@ -8,7 +8,7 @@ import type { Logger } from "../../shared/log.ts";
 import { loadCheckpoint } from "../../shared/model/checkpoint.ts";
 import { initBackend } from "../../shared/model/index.ts";
 import { newestVersion } from "../../shared/protocol/checkpoints.ts";
-import { createTransport } from "../../shared/transport/index.ts";
+import { createRoleTransport } from "../../shared/transport/index.ts";
 import { LocalObjectStore } from "../../shared/transport/local.ts";
 import type { ObjectStore } from "../../shared/transport/types.ts";
 import { createPolicyServer } from "./app.ts";
@@ -50,7 +50,7 @@ export async function servePolicy(options: ServePolicyOptions): Promise<RunningP
   const backend = await initBackend(config.policy.backend);
   log.info({ backend }, "tf.js backend ready");
 
-  const transport = options.store ? undefined : await createTransport(config.transport);
+  const transport = options.store ? undefined : await createRoleTransport(config.transport, "policy");
   const store = options.store ?? (transport?.store("checkpoints") as ObjectStore);
   const init = config.policy.init;
   if (!/^(newest|\d+)$/.test(init) && !isFolder(init))
