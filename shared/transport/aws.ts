@@ -79,7 +79,13 @@ export function createAwsClients(config: TransportConfig): { sqs: SQSClient; s3:
       try {
         return await next(args);
       } catch (error) {
-        throw namedDenial(error, "sqs", context.commandName ?? "", args.input as Record<string, unknown>, config.region);
+        throw namedDenial(
+          error,
+          "sqs",
+          context.commandName ?? "",
+          args.input as Record<string, unknown>,
+          config.region,
+        );
       }
     },
     { step: "initialize", name: "agentrlNameAccessDenials" },
