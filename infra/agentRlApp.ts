@@ -1,6 +1,6 @@
 import { type App, Duration, type Environment } from "aws-cdk-lib";
-import type { SweepSpec } from "../functions/sweep/spec.ts";
 import type { ExperimentConfig } from "../shared/config/index.ts";
+import type { SweepSpec } from "../shared/config/sweep.ts";
 import type { MessagingProps } from "./constructs/messaging.ts";
 import { ComputeStack } from "./stacks/computeStack.ts";
 import { MessagingStack } from "./stacks/messagingStack.ts";

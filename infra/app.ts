@@ -2,8 +2,8 @@ import { dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { App, Aspects } from "aws-cdk-lib";
 import { AwsSolutionsChecks } from "cdk-nag";
-import { loadSweepSpec } from "../functions/sweep/spec.ts";
 import { loadConfig } from "../shared/config/index.ts";
+import { loadSweepSpec } from "../shared/config/sweep.ts";
 import { buildAgentRlApp } from "./agentRlApp.ts";
 
 /**

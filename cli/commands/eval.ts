@@ -4,7 +4,7 @@ import { type Command, InvalidArgumentError } from "commander";
 import type { ExperimentConfig } from "../../shared/config/index.ts";
 import { ValidationError } from "../../shared/errors.ts";
 import { createLogger } from "../../shared/log.ts";
-import { newestVersion } from "../../shared/model/checkpoint.ts";
+import { newestVersion } from "../../shared/protocol/checkpoints.ts";
 import { createTransport } from "../../shared/transport/index.ts";
 import { evalTasks, runEval, samplingSuffix } from "../launch/eval.ts";
 import { startPolicyServer } from "../launch/policy.ts";

@@ -12,9 +12,9 @@ export function register(program: Command): void {
     .option("--max-groups <n>", "stop once this many groups were sent in total", intOption("--max-groups", 1))
     .action(async (options: { config?: string; set?: string[]; maxGroups?: number }) => {
       const config = await configFromOptions(options);
-      const { createTransport } = await import("../../shared/transport/index.ts");
-      const { latestVersionFrom, runFeeder } = await import("../../functions/feeder/index.ts");
-      const transport = await createTransport(config.transport);
+      const { createRoleTransport } = await import("../../shared/transport/index.ts");
+      const { versionsFromEvents, runFeeder } = await import("../../functions/feeder/index.ts");
+      const transport = await createRoleTransport(config.transport, "feeder");
       const stop = new AbortController();
       process.once("SIGINT", () => stop.abort());
       process.once("SIGTERM", () => stop.abort());
@@ -23,7 +23,7 @@ export function register(program: Command): void {
         const summary = await runFeeder(config, transport, {
           signal: stop.signal,
           maxGroups: options.maxGroups,
-          latestVersion: latestVersionFrom(transport.store("checkpoints")),
+          ...versionsFromEvents(transport.queue("policy-events"), config.experimentId),
         });
         process.stdout.write(`${JSON.stringify({ event: "stopped", role: "feeder", ...summary })}\n`);
       } finally {

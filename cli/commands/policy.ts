@@ -1,4 +1,7 @@
+import { existsSync, statSync } from "node:fs";
+import { resolve } from "node:path";
 import { type Command, InvalidArgumentError } from "commander";
+import { ValidationError } from "../../shared/errors.ts";
 import { createLogger } from "../../shared/log.ts";
 import { configFromOptions, withConfigOptions } from "../options.ts";
 import { intOption } from "./controller.ts";
@@ -6,7 +9,10 @@ import { registerHfCommands } from "./policy-hf.ts";
 
 /** `agentrl policy serve`: the OpenAI-compatible policy server following the checkpoint store. */
 export function register(program: Command): void {
-  const policy = program.command("policy").description("policy server (OpenAI-compatible, continuous batching)");
+  const policy = program
+    .command("policy")
+    .description("policy server (OpenAI-compatible, continuous batching); publishing a checkpoint into a store");
+  registerPublish(policy);
   withConfigOptions(
     policy
       .command("serve")
@@ -17,27 +23,34 @@ export function register(program: Command): void {
         "versions between stale-pool updates (default: rollout.crossPolicy.staleEvery)",
         intOption("--stale-every", 1),
       )
-      .option("--pin", "serve the starting version (policy.init) only; do not follow the checkpoint store")
+      .option(
+        "--pin [checkpoint]",
+        "serve one version only, never following the store: a checkpoint folder (its newest version) or a version number of the store (default: policy.init)",
+      )
       .option("--port <n>", "port to listen on (0 picks a free one)", intOption("--port", 0, 65535), 8000)
       .option("--host <host>", "interface to listen on", "127.0.0.1"),
   ).action(
     async (options: {
       pool: "current" | "stale";
       staleEvery?: number;
-      pin?: boolean;
+      pin?: boolean | string;
       port: number;
       host: string;
       config?: string;
       set?: string[];
     }) => {
-      const config = await configFromOptions(options);
+      const pinned = typeof options.pin === "string" ? pinnedInit(options.pin) : undefined;
+      const config = await configFromOptions({
+        ...options,
+        set: [...(options.set ?? []), ...(pinned ? [pinned] : [])],
+      });
       const log = createLogger({ role: `policy-${options.pool}`, experimentId: config.experimentId });
       const { servePolicy } = await import("../../trainer-image/policy-server/serve.ts");
       const running = await servePolicy({
         config,
         pool: options.pool,
         staleEvery: options.staleEvery,
-        follow: !options.pin,
+        follow: options.pin === undefined || options.pin === false,
         port: options.port,
         host: options.host,
         log,
@@ -51,6 +64,79 @@ export function register(program: Command): void {
     },
   );
   registerHfCommands(policy);
+}
+
+/** `--pin <folder|version>` as a policy.init override; a bad value names the option and what is allowed. */
+function registerPublish(policy: Command): void {
+  withConfigOptions(
+    policy
+      .command("publish")
+      .description(
+        "publish a checkpoint folder's version (default v0) into the experiment's checkpoint store; " +
+          "idempotent: a version already there is left as it is",
+      )
+      .requiredOption("--from <dir>", "checkpoint folder holding policies/vN/ (e.g. trainer-image/base-policy)")
+      .option("--version <n>", "version to publish", intOption("--version", 0), 0)
+      .option(
+        "--bucket <name>",
+        "the deployed checkpoint bucket (stack output CheckpointBucketName); implies --transport aws",
+      )
+      .option("--endpoint <url>", "AWS-API endpoint (LocalStack, moto); implies --transport aws"),
+  ).action(
+    async (options: {
+      from: string;
+      version: number;
+      bucket?: string;
+      endpoint?: string;
+      config?: string;
+      set?: string[];
+    }) => {
+      const from = resolve(options.from);
+      if (!existsSync(from) || !statSync(from).isDirectory())
+        throw new ValidationError("options", [{ path: "--from", message: `${options.from} is not a folder` }]);
+      const aws = options.bucket !== undefined || options.endpoint !== undefined;
+      const overrides = [
+        ...(aws ? ["transport.kind=aws"] : []),
+        ...(options.bucket ? [`transport.checkpointBucket=${options.bucket}`] : []),
+        ...(options.endpoint ? [`transport.endpoint=${options.endpoint}`] : []),
+      ];
+      const config = await configFromOptions({ ...options, set: [...(options.set ?? []), ...overrides] });
+      const { createTransport } = await import("../../shared/transport/index.ts");
+      const { LocalObjectStore } = await import("../../shared/transport/local.ts");
+      const { copyVersion, readManifest } = await import("../../shared/protocol/checkpoints.ts");
+      const source = new LocalObjectStore(from);
+      await readManifest(source, options.version).catch((error: unknown) => {
+        throw new ValidationError("options", [
+          {
+            path: "--from",
+            message: `${options.from} has no valid version ${options.version}: ${(error as Error).message}`,
+          },
+        ]);
+      });
+      // The deployment owns the bucket: publishing never creates one.
+      const transport = await createTransport(config.transport, { ensureResources: false });
+      try {
+        const outcome = await copyVersion(source, transport.store("checkpoints"), options.version);
+        const store =
+          config.transport.kind === "aws" ? `s3://${config.transport.checkpointBucket}/` : config.transport.localDir;
+        process.stdout.write(
+          `${JSON.stringify({ event: outcome === "copied" ? "published" : "already-published", version: options.version, from, store })}\n`,
+        );
+      } finally {
+        await transport.close();
+      }
+    },
+  );
+}
+
+function pinnedInit(value: string): string {
+  if (/^\d+$/.test(value) || (existsSync(value) && statSync(value).isDirectory())) return `policy.init=${value}`;
+  throw new ValidationError("options", [
+    {
+      path: "--pin",
+      message: `"${value}" is neither a version number nor an existing checkpoint folder (a folder holding policies/vN/)`,
+    },
+  ]);
 }
 
 function poolOption(value: string): "current" | "stale" {

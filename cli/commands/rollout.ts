@@ -27,9 +27,9 @@ export function register(program: Command): void {
         dialect: "agentrl" | "vllm";
       }) => {
         const config = await configFromOptions(options);
-        const { createTransport } = await import("../../shared/transport/index.ts");
+        const { createRoleTransport } = await import("../../shared/transport/index.ts");
         const { rolloutDepsFromUrls, runRolloutWorker } = await import("../../functions/rollout/index.ts");
-        const transport = await createTransport(config.transport);
+        const transport = await createRoleTransport(config.transport, "rollout");
         const stop = new AbortController();
         process.once("SIGINT", () => stop.abort());
         process.once("SIGTERM", () => stop.abort());

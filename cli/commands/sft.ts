@@ -103,7 +103,7 @@ export function register(program: Command): void {
     const { LocalObjectStore } = await import("../../shared/transport/local.ts");
     let init: ObjectStore | undefined;
     if (options.init) {
-      const { newestVersion } = await import("../../shared/model/checkpoint.ts");
+      const { newestVersion } = await import("../../shared/protocol/checkpoints.ts");
       init = new LocalObjectStore(options.init);
       if ((await newestVersion(init)) === undefined)
         throw new ValidationError("sft options", [

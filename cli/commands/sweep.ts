@@ -43,7 +43,7 @@ export function register(program: Command): void {
         file: string,
         options: { dryRun?: boolean; workDir?: string; runner?: string[]; failFast?: boolean; resultsBucket?: string },
       ) => {
-        const { loadSweepSpec, expandGrid, describeAssignments } = await import("../../functions/sweep/spec.ts");
+        const { loadSweepSpec, expandGrid, describeAssignments } = await import("../../shared/config/sweep.ts");
         const spec = await loadSweepSpec(file);
         if (options.dryRun) {
           const points = expandGrid(spec);

@@ -13,11 +13,11 @@ export function register(program: Command): void {
     .option("--metrics <file>", "metrics JSONL file (default <runDir>/<experimentId>/metrics.jsonl)")
     .action(async (options: { config?: string; set?: string[]; metrics?: string }) => {
       const config = await configFromOptions(options);
-      const { createTransport } = await import("../../shared/transport/index.ts");
+      const { createRoleTransport } = await import("../../shared/transport/index.ts");
       const { runTrainer } = await import("../../trainer-image/trainer/index.ts");
       const metricsFile = options.metrics ?? join(config.runDir, config.experimentId, "metrics.jsonl");
       await mkdir(dirname(metricsFile), { recursive: true });
-      const transport = await createTransport(config.transport);
+      const transport = await createRoleTransport(config.transport, "trainer");
       const stop = new AbortController();
       process.once("SIGINT", () => stop.abort());
       process.once("SIGTERM", () => stop.abort());

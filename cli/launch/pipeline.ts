@@ -4,7 +4,7 @@ import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { ExperimentConfig } from "../../shared/config/index.ts";
 import { createLogger, type Logger } from "../../shared/log.ts";
-import { CHECKPOINT_PREFIX, newestVersion, versionPrefix } from "../../shared/model/checkpoint.ts";
+import { copyVersion, newestVersion, versionPrefix } from "../../shared/protocol/checkpoints.ts";
 import type { EvalReport, StepMetrics } from "../../shared/protocol/metrics.ts";
 import { createTransport } from "../../shared/transport/index.ts";
 import { LocalObjectStore } from "../../shared/transport/local.ts";
@@ -207,20 +207,6 @@ async function ensureBaseVersion(
 async function listBaseVersion(store: ObjectStore): Promise<number | undefined> {
   const keys = await store.list(`${versionPrefix(0)}manifest.json`);
   return keys.length > 0 ? 0 : undefined;
-}
-
-/** Copies policies/v{version}/ between stores, manifest last, so the copy becomes visible only when complete. */
-export async function copyVersion(from: ObjectStore, to: ObjectStore, version: number): Promise<void> {
-  const prefix = versionPrefix(version);
-  const objects = await from.list(prefix);
-  if (!objects.some((o) => o.key === `${prefix}manifest.json`))
-    throw new Error(`no complete checkpoint ${prefix} under ${CHECKPOINT_PREFIX} to copy`);
-  for (const object of objects.filter((o) => !o.key.endsWith("manifest.json"))) {
-    const body = await from.get(object.key);
-    if (body) await to.put(object.key, body);
-  }
-  const manifest = await from.get(`${prefix}manifest.json`);
-  if (manifest) await to.putIfAbsent(`${prefix}manifest.json`, manifest);
 }
 
 function supervisorExitOrAbort(supervisor: Supervisor, signal: AbortSignal | undefined): Promise<void> {

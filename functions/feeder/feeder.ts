@@ -30,6 +30,9 @@ export const FeederCursor = z.object({
 });
 export type FeederCursor = z.infer<typeof FeederCursor>;
 
+/** How often an async-mode feeder acknowledges version notices it does not wait on. */
+const SETTLE_EVERY_MS = 5_000;
+
 /** Object key of the feeder cursor of an experiment. */
 export function feederCursorKey(experimentId: string): string {
   return `feeder/${experimentId}/cursor.json`;
@@ -42,6 +45,11 @@ export interface FeederOptions {
   readonly pollMs?: number;
   /** Newest published policy version, -1 when none (sync mode waits on it). */
   readonly latestVersion?: () => Promise<number>;
+  /**
+   * Called with the version the feeder has acted on (sync: after the batch for it was sent and
+   * the cursor written; async: now and then): notices of versions up to it may be acknowledged.
+   */
+  readonly settleVersions?: (version: number) => Promise<void>;
   /** Train index range of a task; @default [0, trainInstances) */
   readonly trainRange?: (task: string) => { start: number; end: number } | undefined;
   /** Stop after the cursor reaches this many groups in total (tests, benchmarks). */
@@ -124,6 +132,8 @@ export async function runFeeder(
     log.debug({ groups: count, nextSeq: cursor.nextSeq }, "sent rollout requests");
   };
 
+  // async mode waits on no version: acknowledge the notices every few seconds so they never pile up
+  let lastSettle = 0;
   while (!options.signal?.aborted) {
     const remaining = options.maxGroups === undefined ? Number.POSITIVE_INFINITY : options.maxGroups - plan.position;
     if (remaining <= 0) break;
@@ -132,14 +142,21 @@ export async function runFeeder(
     if (sync) {
       version = await options.latestVersion!();
       if (cursor.batchesFed === 0 || version > cursor.lastFedVersion) count = config.trainer.batchSize;
+      else await options.settleVersions?.(cursor.lastFedVersion);
     } else {
+      if (options.latestVersion && options.settleVersions && Date.now() - lastSettle > SETTLE_EVERY_MS) {
+        lastSettle = Date.now();
+        await options.settleVersions(await options.latestVersion());
+      }
       const [queued, pending] = await Promise.all([requests.approximateDepth(), trajectories.approximateDepth()]);
       const outstanding = queued.visible + queued.inFlight + pending.visible + pending.inFlight;
       count = Math.floor((inFlightGroupCap(config) * n - outstanding) / n);
     }
     count = Math.min(count, remaining);
-    if (count > 0) await emit(count, version);
-    else await sleep(pollMs, options.signal);
+    if (count > 0) {
+      await emit(count, version);
+      if (sync) await options.settleVersions?.(version);
+    } else await sleep(pollMs, options.signal);
   }
   log.info({ groupsSent, requestsSent, nextSeq: cursor.nextSeq }, "feeder stopped");
   return { groupsSent, requestsSent, cursor };

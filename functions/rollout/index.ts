@@ -3,7 +3,7 @@ import { ChatCodec } from "../../shared/chat/codec.ts";
 import type { ExperimentConfig } from "../../shared/config/index.ts";
 import { ControllerClient } from "../../shared/env/client.ts";
 import { AgentRlError } from "../../shared/errors.ts";
-import { newestVersion, versionPrefix } from "../../shared/model/checkpoint.ts";
+import { newestVersion, versionPrefix } from "../../shared/protocol/checkpoints.ts";
 import type { ObjectStore, Transport } from "../../shared/transport/types.ts";
 import { PolicyPool, type PoolUrls } from "./pool.ts";
 import type { RolloutWorkerOptions } from "./worker.ts";

@@ -1,8 +1,8 @@
 import { spawn } from "node:child_process";
 import { mkdir, readdir, readFile, writeFile } from "node:fs/promises";
 import { join, relative } from "node:path";
-import type { GridPoint, SweepSpec } from "./spec.ts";
-import { expandGrid } from "./spec.ts";
+import type { GridPoint, SweepSpec } from "../../shared/config/sweep.ts";
+import { expandGrid } from "../../shared/config/sweep.ts";
 
 /** Runs one experiment from its config file; resolves with the process exit code (0 = success). */
 export type ExperimentRunner = (point: GridPoint, configFile: string) => Promise<number>;

@@ -82,10 +82,13 @@ export class RoleService extends Construct {
   readonly container: ecs.ContainerDefinition;
   readonly securityGroup: ec2.SecurityGroup;
   readonly port: number | undefined;
+  /** The role this service runs (its AGENTRL_ROLE). */
+  readonly role: ContainerEnvInput["AGENTRL_ROLE"];
 
   constructor(scope: Construct, id: string, props: RoleServiceProps) {
     super(scope, id);
     const role = props.environment.AGENTRL_ROLE;
+    this.role = role;
     const desiredCount = props.desiredCount ?? 1;
     requireRange(`RoleService(${id})`, "desiredCount", desiredCount, 0, 1000);
     if (props.port !== undefined) requireRange(`RoleService(${id})`, "port", props.port, 1, 65_535);
@@ -201,7 +204,7 @@ export class RoleService extends Construct {
   }
 
   /**
-   * Records why the wildcards that CDK's bucket grants produce are acceptable. Call after the
+   * Records why the object wildcards of the role-access grants are acceptable. Call after the
    * grants: the role's policy only exists once something was granted.
    */
   acknowledgeGrantWildcards(): void {
@@ -211,12 +214,9 @@ export class RoleService extends Construct {
         {
           id: "AwsSolutions-IAM5",
           reason:
-            "From CDK bucket grants only: s3:GetObject*/GetBucket*/List*/Abort*/DeleteObject* are CDK's per-grant action " +
-            "sets, scoped to one named bucket and its objects (<bucket>.Arn/*); no grant targets '*'.",
-          appliesTo: [
-            { regex: "/^Action::s3:(GetObject|GetBucket|List|Abort|DeleteObject)\\*$/" },
-            { regex: "/^Resource::<[A-Za-z0-9]+\\.Arn>\\/\\*$/" },
-          ],
+            "Role-access grants (shared/config/roleAccess.ts): s3:GetObject/PutObject on one named bucket's key prefix " +
+            "(<bucket>.Arn/<prefix>/*), since object keys under a prefix are made at run time; no grant targets '*'.",
+          appliesTo: [{ regex: "/^Resource::<[A-Za-z0-9]+\\.Arn>\\/[a-z]+\\/\\*$/" }],
         },
       ],
       true,

@@ -7,8 +7,10 @@ import * as scheduler from "aws-cdk-lib/aws-scheduler";
 import * as targets from "aws-cdk-lib/aws-scheduler-targets";
 import { NagSuppressions } from "cdk-nag";
 import { Construct } from "constructs";
-import { expandGrid, type SweepSpec } from "../../functions/sweep/spec.ts";
 import type { ContainerEnvInputOf } from "../../shared/config/containerEnv.ts";
+import { ROLE_ACCESS } from "../../shared/config/roleAccess.ts";
+import { expandGrid, type SweepSpec } from "../../shared/config/sweep.ts";
+import { grantRoleAccess } from "./roleGrants.ts";
 import { InvalidPropError, requireRange } from "./validate.ts";
 
 /** Props of {@link SweepSchedule}. */
@@ -72,7 +74,13 @@ export class SweepSchedule extends Construct {
         }),
       }),
     });
-    props.resultsBucket.grantPut(this.taskDefinition.taskRole, `sweeps/${spec.name}/*`);
+    // The table's row for the sweep role, narrowed to this sweep's own folder.
+    grantRoleAccess(
+      this.taskDefinition.taskRole,
+      ROLE_ACCESS.sweep,
+      { buckets: { checkpoints: props.resultsBucket } },
+      (prefix) => `${prefix}${spec.name}/`,
+    );
 
     const securityGroup = new ec2.SecurityGroup(this, "Tasks", {
       vpc: props.vpc,

@@ -3,9 +3,11 @@ import type * as s3 from "aws-cdk-lib/aws-s3";
 import type { Construct } from "constructs";
 import type { ContainerEnvInputOf } from "../../shared/config/containerEnv.ts";
 import type { ExperimentConfig } from "../../shared/config/index.ts";
+import { ROLE_ACCESS } from "../../shared/config/roleAccess.ts";
 import { AgentCluster } from "../constructs/cluster.ts";
 import { RoleImages } from "../constructs/images.ts";
 import type { QueueWithDlq } from "../constructs/messaging.ts";
+import { type GrantTargets, grantRoleAccess } from "../constructs/roleGrants.ts";
 import { RoleService } from "../constructs/roleService.ts";
 import { requireRange } from "../constructs/validate.ts";
 
@@ -85,6 +87,15 @@ export class ComputeStack extends Stack {
       AGENTRL_TRAJECTORY_BUCKET: trajectoryBucket.bucketName,
       AGENTRL_CHECKPOINT_BUCKET: checkpointBucket.bucketName,
     } as const;
+    // IAM from the role-access table only (shared/config/roleAccess.ts): what each role's code touches.
+    const targets: GrantTargets = {
+      queues: {
+        "rollout-requests": queues.rolloutRequests,
+        trajectories: queues.trajectories,
+        "policy-events": queues.policyEvents,
+      },
+      buckets: { trajectories: trajectoryBucket, checkpoints: checkpointBucket },
+    };
     const controllerUrl = `http://controller.${NAMESPACE}:${config.tasks.controllerPort}`;
     const policyUrl = (pool: string) => `http://policy-${pool}.${NAMESPACE}:${POLICY_SERVER_PORT}`;
 
@@ -138,8 +149,6 @@ export class ComputeStack extends Stack {
         port: POLICY_SERVER_PORT,
         discoveryName: `policy-${pool}`,
       });
-      checkpointBucket.grantRead(server.taskRole);
-      queues.policyEvents.queue.grantConsumeMessages(server.taskRole);
       return server;
     };
     this.policyServers = { current: policyServer("current"), stale: policyServer("stale") };
@@ -151,11 +160,6 @@ export class ComputeStack extends Stack {
       placement: { kind: "gpu", gpuCount: 1 },
       singleton: true,
     });
-    queues.trajectories.queue.grantConsumeMessages(this.trainer.taskRole);
-    queues.trajectories.deadLetterQueue.grantSendMessages(this.trainer.taskRole);
-    trajectoryBucket.grantRead(this.trainer.taskRole);
-    checkpointBucket.grantReadWrite(this.trainer.taskRole);
-    queues.policyEvents.queue.grantSendMessages(this.trainer.taskRole);
 
     this.feeder = new RoleService(this, "Feeder", {
       cluster: this.cluster,
@@ -164,10 +168,6 @@ export class ComputeStack extends Stack {
       placement: { kind: "fargate", cpu: 512, memoryMiB: 1024 },
       singleton: true,
     });
-    queues.rolloutRequests.queue.grantSendMessages(this.feeder.taskRole);
-    // Backpressure: the feeder reads the depth of the trajectories queue, nothing more.
-    queues.trajectories.queue.grant(this.feeder.taskRole, "sqs:GetQueueAttributes", "sqs:GetQueueUrl");
-    checkpointBucket.grantRead(this.feeder.taskRole);
 
     this.rollout = new RoleService(this, "Rollout", {
       cluster: this.cluster,
@@ -187,12 +187,6 @@ export class ComputeStack extends Stack {
       max: rolloutMaxWorkers,
       messagesPerTask: config.rollout.concurrency * 4,
     });
-    queues.rolloutRequests.queue.grantConsumeMessages(this.rollout.taskRole);
-    // Infrastructure retries re-enqueue the request with attempt + 1; failures are dead-lettered with a reason.
-    queues.rolloutRequests.queue.grantSendMessages(this.rollout.taskRole);
-    queues.rolloutRequests.deadLetterQueue.grantSendMessages(this.rollout.taskRole);
-    trajectoryBucket.grantPut(this.rollout.taskRole);
-    queues.trajectories.queue.grantSendMessages(this.rollout.taskRole);
     this.controller.allowFrom(this.rollout);
     this.policyServers.current.allowFrom(this.rollout);
     this.policyServers.stale.allowFrom(this.rollout);
@@ -205,7 +199,9 @@ export class ComputeStack extends Stack {
       this.trainer,
       this.feeder,
       this.rollout,
-    ])
+    ]) {
+      grantRoleAccess(service.taskRole, ROLE_ACCESS[service.role], targets);
       service.acknowledgeGrantWildcards();
+    }
   }
 }

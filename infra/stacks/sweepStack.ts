@@ -3,7 +3,7 @@ import type * as ec2 from "aws-cdk-lib/aws-ec2";
 import type * as ecs from "aws-cdk-lib/aws-ecs";
 import type * as s3 from "aws-cdk-lib/aws-s3";
 import type { Construct } from "constructs";
-import type { SweepSpec } from "../../functions/sweep/spec.ts";
+import type { SweepSpec } from "../../shared/config/sweep.ts";
 import { SweepSchedule } from "../constructs/sweepSchedule.ts";
 
 /** Props of {@link SweepStack}. */

@@ -85,7 +85,7 @@ export const ContainerEnv = z.discriminatedUnion(
     }),
     z.object({
       AGENTRL_ROLE: z.literal("sweep"),
-      /** The sweep spec (see functions/sweep/spec.ts) as JSON. */
+      /** The sweep spec (see shared/config/sweep.ts) as JSON. */
       AGENTRL_SWEEP_JSON: nonEmpty,
       /** Bucket that receives each grid point's run folder under `sweeps/<name>/<point>/`. */
       AGENTRL_RESULTS_BUCKET: nonEmpty.optional(),

@@ -1,57 +1,28 @@
-import { createHash } from "node:crypto";
 import { z } from "zod";
 import { ModelConfig } from "../config/policy.ts";
-import { AgentRlError, ValidationError } from "../errors.ts";
+import { ValidationError } from "../errors.ts";
+import {
+  CHECKPOINT_FILES,
+  CHECKPOINT_PREFIX,
+  CHECKPOINT_SCHEMA_VERSION,
+  CheckpointError,
+  CheckpointManifest,
+  HF_METADATA_FILE,
+  listVersions,
+  manifestKey,
+  OPTIMIZER_FILE,
+  readManifest,
+  sha256,
+  versionPrefix,
+} from "../protocol/checkpoints.ts";
 import type { ObjectStore } from "../transport/types.ts";
 import { decodeSafetensors, encodeSafetensors, type NamedTensor } from "./safetensors.ts";
 import { type OptimizerOptions, parameterShapes, TransformerPolicy } from "./transformer.ts";
 
-/** Raised when a checkpoint cannot be written or read; `reason` is the one-line why. */
-export class CheckpointError extends AgentRlError {
-  override readonly name = "CheckpointError";
-}
-
-export const CHECKPOINT_SCHEMA_VERSION = 1;
-export const CHECKPOINT_PREFIX = "policies/";
-
-/** Files of one version, besides the manifest that lists them. */
-export const CHECKPOINT_FILES = ["config.json", "tokenizer.json", "weights.safetensors"] as const;
-/** Optional file: Adam moments (`m.<param>`, `v.<param>`, metadata `t`), written when asked for. */
-export const OPTIMIZER_FILE = "optimizer.safetensors";
-/** Optional file: what a Hugging Face import knew (architecture, dtype, config, tokenizer config), for export. */
-export const HF_METADATA_FILE = "hf.json";
-
-/** The manifest written last under policies/v{N}/: a version exists exactly when its manifest does. */
-export const CheckpointManifest = z
-  .object({
-    schemaVersion: z.literal(CHECKPOINT_SCHEMA_VERSION),
-    version: z.number().int().min(0),
-    step: z.number().int().min(0),
-    /** Version this one was trained from; null for a fresh init. */
-    parent: z.number().int().min(0).nullable(),
-    metrics: z.record(z.string(), z.number()),
-    createdAt: z.iso.datetime(),
-    files: z.array(
-      z
-        .object({
-          name: z.enum([...CHECKPOINT_FILES, OPTIMIZER_FILE, HF_METADATA_FILE]),
-          size: z.number().int().min(0),
-          sha256: z.string().regex(/^[0-9a-f]{64}$/),
-        })
-        .strict(),
-    ),
-  })
-  .strict();
-export type CheckpointManifest = z.infer<typeof CheckpointManifest>;
-
-/** Key prefix of one version. */
-export function versionPrefix(version: number): string {
-  return `${CHECKPOINT_PREFIX}v${version}/`;
-}
-
-function sha256(bytes: Uint8Array): string {
-  return createHash("sha256").update(bytes).digest("hex");
-}
+/**
+ * Saving and loading a policy's weights in the checkpoint store. The layout (prefixes, manifest,
+ * newest version) lives in shared/protocol/checkpoints.ts, which loads no TF.js.
+ */
 
 function bytesOf(body: Uint8Array | string): Uint8Array {
   return typeof body === "string" ? Buffer.from(body, "utf8") : body;
@@ -88,9 +59,9 @@ export async function saveCheckpoint(
   if (!Number.isInteger(version) || version < 0)
     throw new CheckpointError(`version: ${version} is not allowed (must be an integer ≥ 0)`);
   const prefix = versionPrefix(version);
-  const manifestKey = `${prefix}manifest.json`;
   // Check before writing: rewriting the files of a published version would corrupt it.
-  if (await store.head(manifestKey)) throw new CheckpointError(`version ${version} already exists (${manifestKey})`);
+  if (await store.head(manifestKey(version)))
+    throw new CheckpointError(`version ${version} already exists (${manifestKey(version)})`);
   const tensors = new Map<string, NamedTensor>();
   for (const [name, data] of policy.values()) tensors.set(name, { shape: policy.params.get(name)!.shape, data });
   const bodies: Record<(typeof CHECKPOINT_FILES)[number], Uint8Array> = {
@@ -128,54 +99,9 @@ export async function saveCheckpoint(
     createdAt: new Date().toISOString(),
     files,
   });
-  if (!(await store.putIfAbsent(manifestKey, JSON.stringify(manifest, null, 2))))
+  if (!(await store.putIfAbsent(manifestKey(version), JSON.stringify(manifest, null, 2))))
     throw new CheckpointError(`version ${version} was published by another writer while this one was saving`);
   return manifest;
-}
-
-/** Version numbers that have a manifest key, newest first (manifests not yet validated). */
-export async function listVersions(store: ObjectStore): Promise<number[]> {
-  const versions: number[] = [];
-  for (const info of await store.list(CHECKPOINT_PREFIX)) {
-    const match = /^policies\/v(\d+)\/manifest\.json$/.exec(info.key);
-    if (match) versions.push(Number(match[1]));
-  }
-  return versions.sort((a, b) => b - a);
-}
-
-/** Reads and validates one version's manifest; throws CheckpointError with the reason. */
-export async function readManifest(store: ObjectStore, version: number): Promise<CheckpointManifest> {
-  const key = `${versionPrefix(version)}manifest.json`;
-  const text = await store.getText(key);
-  if (text === undefined)
-    throw new CheckpointError(`version ${version}: no manifest (${key}); not published or incomplete`);
-  let raw: unknown;
-  try {
-    raw = JSON.parse(text);
-  } catch (error) {
-    throw new CheckpointError(`version ${version}: manifest is not valid JSON (${(error as Error).message})`);
-  }
-  const parsed = CheckpointManifest.safeParse(raw);
-  if (!parsed.success)
-    throw new CheckpointError(
-      `version ${version}: invalid manifest: ${parsed.error.issues.map((i) => `${i.path.join(".") || "(root)"}: ${i.message}`).join("; ")}`,
-    );
-  if (parsed.data.version !== version)
-    throw new CheckpointError(`version ${version}: manifest says version ${parsed.data.version}`);
-  return parsed.data;
-}
-
-/** The newest version whose manifest is valid, or undefined when none is. Cheap: one list and one get per candidate. */
-export async function newestVersion(store: ObjectStore): Promise<number | undefined> {
-  for (const version of await listVersions(store)) {
-    try {
-      await readManifest(store, version);
-      return version;
-    } catch (error) {
-      if (!(error instanceof CheckpointError)) throw error;
-    }
-  }
-  return undefined;
 }
 
 /** A loaded version. */

@@ -6,21 +6,13 @@ export {
   backendInfo,
   initBackend,
 } from "./backend.ts";
+// The checkpoint layout (versions, manifests) is shared/protocol/checkpoints.ts, loadable without TF.js.
 export {
-  CHECKPOINT_FILES,
-  CHECKPOINT_SCHEMA_VERSION,
-  CheckpointError,
-  CheckpointManifest,
   type LoadCheckpointOptions,
   type LoadedCheckpoint,
-  listVersions,
   loadCheckpoint,
-  newestVersion,
-  OPTIMIZER_FILE,
-  readManifest,
   type SaveCheckpointOptions,
   saveCheckpoint,
-  versionPrefix,
 } from "./checkpoint.ts";
 export { DecoderError, KvDecoder } from "./decoder.ts";
 export { logProbOf } from "./ops.ts";

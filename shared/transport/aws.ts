@@ -30,7 +30,7 @@ import {
   SQSClient,
 } from "@aws-sdk/client-sqs";
 import type { TransportConfig } from "../config/transport.ts";
-import { MissingResourceError, ReceiptHandleError, TransportError } from "./errors.ts";
+import { AccessDeniedError, MissingResourceError, ReceiptHandleError, TransportError } from "./errors.ts";
 import {
   type DeadLetter,
   MAX_RECEIVE_COUNT_EXCEEDED,
@@ -72,7 +72,77 @@ export function sqsQueueNames(queuePrefix: string, name: string): { main: string
 /** The two SDK clients of one transport, built from the config (endpoint override, path-style S3). */
 export function createAwsClients(config: TransportConfig): { sqs: SQSClient; s3: S3Client } {
   const common = { region: config.region, ...(config.endpoint ? { endpoint: config.endpoint } : {}) };
-  return { sqs: new SQSClient(common), s3: new S3Client({ ...common, forcePathStyle: true }) };
+  const sqs = new SQSClient(common);
+  const s3 = new S3Client({ ...common, forcePathStyle: true });
+  sqs.middlewareStack.add(
+    (next, context) => async (args) => {
+      try {
+        return await next(args);
+      } catch (error) {
+        throw namedDenial(
+          error,
+          "sqs",
+          context.commandName ?? "",
+          args.input as Record<string, unknown>,
+          config.region,
+        );
+      }
+    },
+    { step: "initialize", name: "agentrlNameAccessDenials" },
+  );
+  s3.middlewareStack.add(
+    (next, context) => async (args) => {
+      try {
+        return await next(args);
+      } catch (error) {
+        throw namedDenial(error, "s3", context.commandName ?? "", args.input as Record<string, unknown>, config.region);
+      }
+    },
+    { step: "initialize", name: "agentrlNameAccessDenials" },
+  );
+  return { sqs, s3 };
+}
+
+/** IAM action of an SDK command (batch calls are authorized as their single form, HEAD as GET). */
+export function iamActionOf(service: "sqs" | "s3", commandName: string): string {
+  const operation = commandName.replace(/Command$/, "").replace(/Batch$/, "");
+  if (service === "s3") {
+    if (operation === "HeadObject") return "s3:GetObject";
+    if (operation === "ListObjectsV2" || operation === "HeadBucket") return "s3:ListBucket";
+  }
+  return `${service}:${operation}`;
+}
+
+/** The ARN an SDK call acts on, from its input (queue URL or name; bucket and key). */
+export function resourceArnOf(service: "sqs" | "s3", input: Record<string, unknown>, region: string): string {
+  if (service === "s3")
+    return `arn:aws:s3:::${String(input.Bucket ?? "*")}${typeof input.Key === "string" ? `/${input.Key}` : ""}`;
+  if (typeof input.QueueUrl === "string") {
+    const [account, name] = new URL(input.QueueUrl).pathname.split("/").filter(Boolean).slice(-2);
+    return `arn:aws:sqs:${region}:${account ?? "*"}:${name ?? "*"}`;
+  }
+  return `arn:aws:sqs:${region}:*:${String(input.QueueName ?? "*")}`;
+}
+
+/**
+ * An SDK error; when it is an IAM denial, an AccessDeniedError naming the IAM action and the
+ * resource (the raw S3 denial names neither), also written as one JSON line on stderr with the
+ * container's role, since some callers swallow errors of best-effort calls.
+ */
+function namedDenial(
+  error: unknown,
+  service: "sqs" | "s3",
+  commandName: string,
+  input: Record<string, unknown>,
+  region: string,
+): unknown {
+  const name = errorName(error);
+  if (name !== "AccessDenied" && name !== "AccessDeniedException" && httpStatus(error) !== 403) return error;
+  const action = iamActionOf(service, commandName);
+  const resource = resourceArnOf(service, input, region);
+  const role = process.env.AGENTRL_ROLE ?? "this process";
+  process.stderr.write(`${JSON.stringify({ event: "access-denied", role, action, resource })}\n`);
+  return new AccessDeniedError(role, action, resource, { cause: error });
 }
 
 interface InFlight {

@@ -37,3 +37,16 @@ export class ReceiptHandleError extends TransportError {
 export class MissingResourceError extends TransportError {
   override readonly name = "MissingResourceError";
 }
+
+/** IAM denied a call: names the role (AGENTRL_ROLE), the IAM action and the resource ARN. */
+export class AccessDeniedError extends TransportError {
+  override readonly name = "AccessDeniedError";
+  constructor(
+    readonly role: string,
+    readonly action: string,
+    readonly resource: string,
+    options?: { cause?: unknown },
+  ) {
+    super(`access denied: role ${role} may not ${action} on ${resource}`, options);
+  }
+}

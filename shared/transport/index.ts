@@ -2,10 +2,13 @@
  * Entry point of the transports: `createTransport(config)` picks the embedded (`local`) or the
  * SQS/S3 (`aws`) implementation; both honour the same contracts (see types.ts).
  */
+import type { ContainerRole } from "../config/containerEnv.ts";
 import type { TransportConfig } from "../config/transport.ts";
+import { restrictTransport } from "./restricted.ts";
 import type { Transport } from "./types.ts";
 
 export * from "./errors.ts";
+export { RoleAccessError, restrictTransport } from "./restricted.ts";
 export * from "./types.ts";
 export { QUEUE_LIMITS } from "./validate.ts";
 
@@ -37,4 +40,15 @@ export async function createTransport(
   const transport = new AwsTransport(config);
   if (options.ensureResources ?? config.endpoint !== undefined) await transport.ensureResources();
   return transport;
+}
+
+/**
+ * The transport of one pipeline role: `createTransport` seen through the role's row of the
+ * role-access table (shared/config/roleAccess.ts), so touching anything else fails here as IAM
+ * would fail it in AWS. Roles never create resources: the orchestrator (`agentrl train`) or the
+ * deployed stacks own them.
+ * @example const transport = await createRoleTransport(config.transport, "feeder");
+ */
+export async function createRoleTransport(config: TransportConfig, role: ContainerRole): Promise<Transport> {
+  return restrictTransport(await createTransport(config, { ensureResources: false }), role);
 }

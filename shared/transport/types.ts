@@ -93,10 +93,13 @@ export const QUEUE_NAMES = ["rollout-requests", "trajectories", "policy-events"]
 /** One of QUEUE_NAMES. */
 export type QueueName = (typeof QUEUE_NAMES)[number];
 
+/** The two object stores of an experiment. */
+export type StoreName = "trajectories" | "checkpoints";
+
 /** Everything a role needs to talk to the pipeline: the experiment's queues and object stores. */
 export interface Transport {
   queue(name: QueueName): Queue;
   /** `trajectories` or `checkpoints`. */
-  store(name: "trajectories" | "checkpoints"): ObjectStore;
+  store(name: StoreName): ObjectStore;
   close(): Promise<void>;
 }

@@ -6,7 +6,7 @@ import { runPipeline } from "../../cli/launch/pipeline.ts";
 import { readMetrics } from "../../cli/report/report.ts";
 import { type ExperimentConfig, parseConfig } from "../../shared/config/index.ts";
 import { parseJsonOrThrow } from "../../shared/errors.ts";
-import { listVersions } from "../../shared/model/checkpoint.ts";
+import { listVersions } from "../../shared/protocol/checkpoints.ts";
 import { Trajectory } from "../../shared/protocol/messages.ts";
 import { createTransport } from "../../shared/transport/index.ts";
 import type { ObjectStore } from "../../shared/transport/types.ts";

@@ -1,10 +1,18 @@
 import type { Template } from "aws-cdk-lib/assertions";
 import { beforeAll, describe, expect, it } from "vitest";
-import { parseSweepSpec, SweepSpec } from "../../functions/sweep/spec.ts";
 import { messagingPropsFor } from "../../infra/agentRlApp.ts";
 import { CONTAINER_COMMAND } from "../../infra/constructs/roleService.ts";
-import { ContainerEnv } from "../../shared/config/containerEnv.ts";
+import {
+  type CfnTemplate,
+  exportsOf,
+  type PolicyStatement,
+  resolveIntrinsics,
+  taskRoleDefinitions,
+} from "../../infra/rehearse/template.ts";
+import { ContainerEnv, type ContainerRole } from "../../shared/config/containerEnv.ts";
 import { parseConfig, TASK_NAMES } from "../../shared/config/index.ts";
+import { permissionsOf, ROLE_ACCESS } from "../../shared/config/roleAccess.ts";
+import { parseSweepSpec, SweepSpec } from "../../shared/config/sweep.ts";
 import { type CollectingNagLogger, synthAgentRl } from "./synth.ts";
 
 type Resource = {
@@ -226,34 +234,86 @@ describe("compute stack", () => {
     expect(Object.values(parameters).some((p) => p.Default?.includes("amazon-linux-2/gpu/recommended"))).toBe(true);
   });
 
-  it("grants each role only the queue and bucket actions it needs, never on '*'", () => {
-    const roles = taskDefinitionsByRole(templates.compute);
-    const grants = (key: string) => taskRoleStatements(templates.compute, roles.get(key)?.id ?? "");
-    const can = (key: string, action: string, resource: RegExp) =>
-      grants(key).some((s) => s.actions.includes(action) && s.resources.some((r) => resource.test(r)));
-    for (const key of roles.keys())
-      for (const statement of grants(key)) expect(statement.resources, key).not.toContain("*");
-
-    expect(can("rollout", "sqs:ReceiveMessage", /RolloutRequests(?!Dlq)/)).toBe(true);
-    expect(can("rollout", "s3:PutObject", /StoresTrajectories/)).toBe(true);
-    expect(can("rollout", "sqs:SendMessage", /MessagingTrajectories(?!Dlq)/)).toBe(true);
-    expect(can("rollout", "s3:GetObject*", /StoresCheckpoints/)).toBe(false);
-
-    expect(can("trainer", "sqs:ReceiveMessage", /MessagingTrajectories(?!Dlq)/)).toBe(true);
-    expect(can("trainer", "s3:PutObject", /StoresCheckpoints/)).toBe(true);
-    expect(can("trainer", "sqs:SendMessage", /PolicyEvents(?!Dlq)/)).toBe(true);
-    expect(can("trainer", "s3:PutObject", /StoresTrajectories/)).toBe(false);
-
-    expect(can("feeder", "sqs:SendMessage", /RolloutRequests(?!Dlq)/)).toBe(true);
-    expect(can("feeder", "sqs:ReceiveMessage", /.*/)).toBe(false);
-    expect(can("feeder", "sqs:SendMessage", /MessagingTrajectories/)).toBe(false);
-
-    for (const pool of ["policy:current", "policy:stale"]) {
-      expect(can(pool, "s3:GetObject*", /StoresCheckpoints/)).toBe(true);
-      expect(grants(pool).some((s) => s.actions.some((a) => a.startsWith("s3:Put")))).toBe(false);
+  it("grants each role exactly its row of the role-access table, prefix-scoped, never on '*'", () => {
+    // Symbolic names for what the compute stack imports: queue:<name>, dlq:<name>, bucket:<store>.
+    const queueNames = new Map(
+      resourcesOf(templates.messaging, "AWS::SQS::Queue").map(([id, queue]) => [
+        id,
+        String(queue.Properties.QueueName),
+      ]),
+    );
+    const symbolOf = (logicalId: string): string => {
+      const queueName = queueNames.get(logicalId);
+      if (queueName !== undefined) {
+        const logical = queueName.slice(`${config.transport.queuePrefix}-`.length);
+        return logical.endsWith("-dlq") ? `dlq:${logical.slice(0, -4)}` : `queue:${logical}`;
+      }
+      if (logicalId.startsWith("StoresTrajectories")) return "bucket:trajectories";
+      if (logicalId.startsWith("StoresCheckpoints")) return "bucket:checkpoints";
+      throw new Error(`unexpected imported resource ${logicalId}`);
+    };
+    const exported = exportsOf(templates.stores.toJSON() as CfnTemplate, templates.messaging.toJSON() as CfnTemplate);
+    const importValue = (name: string): string => {
+      const value = exported.get(name) as { "Fn::GetAtt"?: [string, string] } | undefined;
+      if (!value?.["Fn::GetAtt"]) throw new Error(`no export ${name}`);
+      return symbolOf(value["Fn::GetAtt"][0]);
+    };
+    const definitions = taskRoleDefinitions(templates.compute.toJSON() as CfnTemplate);
+    expect(definitions.map((d) => d.key)).toEqual(
+      expect.arrayContaining([
+        "controller",
+        "feeder",
+        "policy:current",
+        "policy:stale",
+        "rollout",
+        "trainer",
+        "env:db",
+      ]),
+    );
+    for (const definition of definitions) {
+      const granted = new Set<string>();
+      for (const raw of definition.statements) {
+        const statement = resolveIntrinsics(raw, importValue) as PolicyStatement;
+        expect(statement.Effect).toBe("Allow");
+        for (const action of [statement.Action].flat())
+          for (const resource of [statement.Resource].flat()) {
+            expect(resource, definition.key).not.toBe("*");
+            // object ARNs come out as "bucket:<store>/<prefix>*": name them as the table does
+            const symbolic = resource.includes("/") ? resource.replace(/^bucket:/, "object:") : resource;
+            granted.add(`${action} ${symbolic}`);
+          }
+      }
+      const expected = permissionsOf(ROLE_ACCESS[definition.role as ContainerRole]).map(
+        (p) => `${p.action} ${p.resource}`,
+      );
+      expect([...granted].sort(), definition.key).toEqual(expected.sort());
     }
-    expect(grants("controller")).toEqual([]);
-    expect(grants("env:db")).toEqual([]);
+    // Today's fixes, spelled out: the feeder keeps its cursor in the trajectory bucket; the rollout
+    // worker reads trajectories and the checkpoint store; nobody sends to rollout-requests but the
+    // feeder; policy servers touch no queue; policy-events has a reader.
+    const permissions = (role: ContainerRole) =>
+      permissionsOf(ROLE_ACCESS[role]).map((p) => `${p.action} ${p.resource}`);
+    expect(permissions("feeder")).toEqual(
+      expect.arrayContaining(["s3:PutObject object:trajectories/feeder/*", "sqs:ReceiveMessage queue:policy-events"]),
+    );
+    expect(permissions("rollout")).toEqual(
+      expect.arrayContaining([
+        "s3:GetObject object:trajectories/trajectories/*",
+        "s3:GetObject object:checkpoints/policies/*",
+      ]),
+    );
+    expect(permissions("rollout")).not.toContain("sqs:SendMessage queue:rollout-requests");
+    expect(permissions("policy").filter((p) => p.startsWith("sqs:"))).toEqual([]);
+  });
+
+  it("scopes a sweep's results grant to its own prefix under the table's sweeps/", () => {
+    const statements = resourcesOf(templates.sweeps, "AWS::IAM::Policy").flatMap(
+      ([, policy]) => (policy.Properties.PolicyDocument as { Statement: unknown[] }).Statement,
+    );
+    const resolved = JSON.stringify(statements);
+    expect(resolved).toContain('"s3:PutObject"');
+    expect(resolved).toContain(`/${ROLE_ACCESS.sweep.stores[0]?.prefix}lr/*`);
+    expect(resolved).not.toContain("s3:DeleteObject");
   });
 
   it("registers the controller and policy servers in Cloud Map and scales rollout workers on queue depth", () => {

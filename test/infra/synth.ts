@@ -4,9 +4,9 @@ import { fileURLToPath } from "node:url";
 import { App, Aspects } from "aws-cdk-lib";
 import { Template } from "aws-cdk-lib/assertions";
 import { AwsSolutionsChecks, type INagLogger } from "cdk-nag";
-import type { SweepSpec } from "../../functions/sweep/spec.ts";
 import { type AgentRlStacks, buildAgentRlApp } from "../../infra/agentRlApp.ts";
 import { parseConfig } from "../../shared/config/index.ts";
+import type { SweepSpec } from "../../shared/config/sweep.ts";
 import { tempDir } from "../support/tmp.ts";
 
 export const REPOSITORY_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../..");

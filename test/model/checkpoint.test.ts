@@ -1,19 +1,21 @@
 import * as tf from "@tensorflow/tfjs";
 import { beforeAll, describe, expect, it } from "vitest";
 import {
-  CheckpointError,
   createPolicy,
   decodeSafetensors,
   encodeSafetensors,
   initBackend,
-  listVersions,
   loadCheckpoint,
-  newestVersion,
-  OPTIMIZER_FILE,
-  readManifest,
   SafetensorsError,
   saveCheckpoint,
 } from "../../shared/model/index.ts";
+import {
+  CheckpointError,
+  listVersions,
+  newestVersion,
+  OPTIMIZER_FILE,
+  readManifest,
+} from "../../shared/protocol/checkpoints.ts";
 import { MemoryStore, SMALL, tokens } from "./support.ts";
 
 beforeAll(async () => {

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { runFeeder } from "../../functions/feeder/feeder.ts";
 import { parseConfig } from "../../shared/config/index.ts";
-import { listVersions } from "../../shared/model/checkpoint.ts";
+import { listVersions } from "../../shared/protocol/checkpoints.ts";
 import { RolloutRequest } from "../../shared/protocol/messages.ts";
 import { createTransport } from "../../shared/transport/index.ts";
 import { readLedger } from "../../trainer-image/trainer/ledger.ts";

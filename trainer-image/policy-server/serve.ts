@@ -1,14 +1,15 @@
 import { existsSync, statSync } from "node:fs";
-import { setTimeout as sleep } from "node:timers/promises";
+import { fileURLToPath } from "node:url";
 import { ChatCodec } from "../../shared/chat/index.ts";
 import type { ExperimentConfig } from "../../shared/config/index.ts";
 import { AgentRlError } from "../../shared/errors.ts";
 import { listen } from "../../shared/http.ts";
 import type { Logger } from "../../shared/log.ts";
-import { loadCheckpoint, newestVersion } from "../../shared/model/checkpoint.ts";
+import { loadCheckpoint } from "../../shared/model/checkpoint.ts";
 import { hfCheckpointStore, isHfFolder, loadHfPolicy, modelTokenizerConfig } from "../../shared/model/hf/index.ts";
 import { initBackend } from "../../shared/model/index.ts";
-import { createTransport } from "../../shared/transport/index.ts";
+import { newestVersion } from "../../shared/protocol/checkpoints.ts";
+import { createRoleTransport } from "../../shared/transport/index.ts";
 import { LocalObjectStore } from "../../shared/transport/local.ts";
 import type { ObjectStore } from "../../shared/transport/types.ts";
 import { createPolicyServer } from "./app.ts";
@@ -38,49 +39,83 @@ export class PolicyServerStartError extends AgentRlError {
   override readonly name = "PolicyServerStartError";
 }
 
+/** The committed warm-up (policies/v0/), served when neither the store nor `policy.base` names another. */
+export const DEFAULT_BASE_POLICY_DIR = fileURLToPath(new URL("../base-policy", import.meta.url));
+
+/** What a server starts on, resolved before any weights load (its first log line says it). */
+export interface StartingPolicy {
+  /** Store the version is loaded from (the checkpoint store, or a local checkpoint folder). */
+  readonly store: ObjectStore;
+  readonly version: number;
+  /** Human-readable origin: `checkpoint store`, `folder <path>`, `base <path> (the checkpoint store is empty)`. */
+  readonly source: string;
+}
+
 /**
- * Starts a policy server on the experiment's checkpoint store: loads the starting version
- * (`policy.init`: `newest`, a version number, or a local folder laid out as a store, i.e. holding
- * `policies/vN/`), waits for a first version when the store is still empty, serves it, and polls
- * for newer ones (see CheckpointFollower for why polling).
+ * Picks the starting version: `policy.init` as a version number (from the checkpoint store) or a
+ * local checkpoint folder (its newest version); `newest` takes the store's newest complete
+ * version, and when the store has none yet, version 0 of `policy.base` (default
+ * trainer-image/base-policy), so a fresh checkout answers at once instead of waiting.
+ */
+export async function resolveStartingPolicy(
+  config: ExperimentConfig,
+  store: ObjectStore,
+  pool: Pool,
+  staleEvery: number,
+): Promise<StartingPolicy> {
+  const init = config.policy.init;
+  if (/^\d+$/.test(init)) return { store, version: Number(init), source: "checkpoint store" };
+  if (init !== "newest") {
+    if (!isFolder(init))
+      throw new PolicyServerStartError(
+        `policy.init "${init}" is not allowed: use "newest", a version number, an existing checkpoint folder or a Hugging Face model folder`,
+      );
+    // A transformers folder (config.json + safetensors) is imported in memory as version 0.
+    const folder = isHfFolder(init) ? await hfCheckpointStore(init) : new LocalObjectStore(init);
+    const newest = await newestVersion(folder);
+    if (newest === undefined) throw new PolicyServerStartError(`policy.init folder ${init} holds no policies/vN/`);
+    return { store: folder, version: newest, source: `folder ${init}` };
+  }
+  const newest = await newestVersion(store);
+  if (newest !== undefined)
+    return {
+      store,
+      version: targetVersion(pool, newest, staleEvery, config.trainer.checkpointEvery),
+      source: "checkpoint store",
+    };
+  const base = config.policy.base ?? DEFAULT_BASE_POLICY_DIR;
+  if (!isFolder(base))
+    throw new PolicyServerStartError(
+      `the checkpoint store holds no policy version and policy.base "${base}" is not a checkpoint folder; publish one with \`agentrl policy publish --from DIR\``,
+    );
+  const folder = new LocalObjectStore(base);
+  if ((await newestVersion(folder)) === undefined)
+    throw new PolicyServerStartError(`policy.base folder ${base} holds no policies/vN/`);
+  // v0 exactly: the base is what a run imports as v0, so version numbers keep their meaning.
+  return { store: folder, version: 0, source: `base ${base} (the checkpoint store is empty)` };
+}
+
+/**
+ * Starts a policy server on the experiment's checkpoint store: serves the starting version
+ * (see resolveStartingPolicy) and, unless pinned, polls the store for newer ones (see
+ * CheckpointFollower for why polling). Its first log line names the version and where it comes from.
  */
 export async function servePolicy(options: ServePolicyOptions): Promise<RunningPolicyServer> {
   const { config, pool, log } = options;
   const staleEvery = options.staleEvery ?? config.rollout.crossPolicy.staleEvery;
+  const transport = options.store ? undefined : await createRoleTransport(config.transport, "policy");
+  const store = options.store ?? (transport?.store("checkpoints") as ObjectStore);
+  const starting = await resolveStartingPolicy(config, store, pool, staleEvery);
+  const first = starting.version;
+  log.info(
+    { policyVersion: first, source: starting.source, pool, follow: options.follow ?? true },
+    `serving policy v${first} from ${starting.source}${(options.follow ?? true) ? ", following the checkpoint store" : " (pinned)"}`,
+  );
   const backend = await initBackend(config.policy.backend);
   log.info({ backend }, "tf.js backend ready");
-
-  const transport = options.store ? undefined : await createTransport(config.transport);
-  const store = options.store ?? (transport?.store("checkpoints") as ObjectStore);
-  const init = config.policy.init;
-  if (!/^(newest|\d+)$/.test(init) && !isFolder(init))
-    throw new PolicyServerStartError(
-      `policy.init "${init}" is not allowed: use "newest", a version number, an existing checkpoint folder or a Hugging Face model folder`,
-    );
-  // A transformers folder (config.json + safetensors) is imported in memory as version 0.
-  const initStore = isFolder(init)
-    ? isHfFolder(init)
-      ? await hfCheckpointStore(init)
-      : new LocalObjectStore(init)
-    : store;
-
-  let first: number | undefined;
-  if (/^\d+$/.test(init)) first = Number(init);
-  else {
-    for (let polls = 0; first === undefined; polls++) {
-      const newest = await newestVersion(initStore);
-      if (newest !== undefined) first = targetVersion(pool, newest, staleEvery, config.trainer.checkpointEvery);
-      else {
-        if (initStore !== store) throw new PolicyServerStartError(`policy.init folder ${init} holds no policies/vN/`);
-        if (polls % 30 === 0)
-          log.info("no policy version in the checkpoint store yet; waiting (run `agentrl sft --store`)");
-        await sleep(config.policy.pollSeconds * 1000);
-      }
-    }
-  }
-  const loaded = await loadCheckpoint(initStore, first);
+  const loaded = await loadCheckpoint(starting.store, first);
   // An imported model keeps its own chat template (hf.json); otherwise the project's.
-  const modelTemplate = await modelTokenizerConfig(initStore, loaded.manifest);
+  const modelTemplate = await modelTokenizerConfig(starting.store, loaded.manifest);
   const codec = modelTemplate
     ? ChatCodec.fromModelFiles(JSON.parse(loaded.tokenizerJson), modelTemplate)
     : ChatCodec.fromTokenizerJson(JSON.parse(loaded.tokenizerJson));

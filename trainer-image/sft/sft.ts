@@ -7,13 +7,13 @@ import type { TaskModule } from "../../shared/env/task.ts";
 import { AgentRlError } from "../../shared/errors.ts";
 import type { Logger } from "../../shared/log.ts";
 import {
-  type CheckpointManifest,
   createPolicy,
   initBackend,
   loadCheckpoint,
   saveCheckpoint,
   type TransformerPolicy,
 } from "../../shared/model/index.ts";
+import type { CheckpointManifest } from "../../shared/protocol/checkpoints.ts";
 import type { ChatMessage, ToolSpec } from "../../shared/protocol/openai.ts";
 import { seededRandomFrom } from "../../shared/rl/random.ts";
 import type { ObjectStore } from "../../shared/transport/types.ts";

@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { parseJsonOrThrow } from "../../shared/errors.ts";
-import { versionPrefix } from "../../shared/model/checkpoint.ts";
+import { ledgerKey } from "../../shared/protocol/checkpoints.ts";
 import type { ObjectStore } from "../../shared/transport/types.ts";
 
 /**
@@ -24,11 +24,6 @@ export const Ledger = z.object({
   totals: z.record(z.string(), z.number()),
 });
 export type Ledger = z.infer<typeof Ledger>;
-
-/** Key of a version's ledger. */
-export function ledgerKey(version: number): string {
-  return `${versionPrefix(version)}ledger.json`;
-}
 
 /** Reads the ledger of `version`; undefined when that version has none (e.g. the warm-up checkpoint). */
 export async function readLedger(store: ObjectStore, version: number): Promise<Ledger | undefined> {

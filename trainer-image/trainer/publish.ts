@@ -1,5 +1,6 @@
-import { saveCheckpoint, versionPrefix } from "../../shared/model/checkpoint.ts";
+import { saveCheckpoint } from "../../shared/model/checkpoint.ts";
 import type { TransformerPolicy } from "../../shared/model/transformer.ts";
+import { versionPrefix } from "../../shared/protocol/checkpoints.ts";
 import type { PolicyPublished } from "../../shared/protocol/messages.ts";
 import type { ObjectStore, Queue } from "../../shared/transport/types.ts";
 import { type Ledger, writeLedger } from "./ledger.ts";

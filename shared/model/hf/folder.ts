@@ -5,15 +5,10 @@ import { z } from "zod";
 import { CHAT_TEMPLATE, END_OF_TEXT, END_OF_TURN } from "../../chat/index.ts";
 import type { ModelConfig } from "../../config/policy.ts";
 import { issuesOf } from "../../errors.ts";
+import { type CheckpointManifest, HF_METADATA_FILE, versionPrefix } from "../../protocol/checkpoints.ts";
 import { MemoryObjectStore } from "../../transport/memory.ts";
 import type { ObjectStore } from "../../transport/types.ts";
-import {
-  type CheckpointManifest,
-  HF_METADATA_FILE,
-  loadCheckpoint,
-  saveCheckpoint,
-  versionPrefix,
-} from "../checkpoint.ts";
+import { loadCheckpoint, saveCheckpoint } from "../checkpoint.ts";
 import { decodeSafetensors, encodeSafetensors, FloatDtype, type NamedTensor } from "../safetensors.ts";
 import { TransformerPolicy } from "../transformer.ts";
 import {

@@ -1,8 +1,8 @@
 import { readFile } from "node:fs/promises";
 import { parse as parseYaml } from "yaml";
 import { z } from "zod";
-import { type ExperimentConfig, parseConfig } from "../../shared/config/index.ts";
-import { issuesOf, ValidationError } from "../../shared/errors.ts";
+import { issuesOf, ValidationError } from "../errors.ts";
+import { type ExperimentConfig, parseConfig } from "./index.ts";
 
 /** A config field path as users write it: `trainer.learningRate`, `tasks.mix.0.weight`. */
 const FieldPath = z

@@ -1,0 +1,489 @@
+/**
+ * The deploy rehearsal: what `cdk deploy` would do, offline, against a moto server that enforces
+ * IAM. It synthesizes the app; deploys AgentRlStores and AgentRlMessaging through moto's
+ * CloudFormation as an admin user; creates one IAM user per ECS task role carrying exactly the
+ * policy statements of the synthesized AgentRlCompute template (imports resolved against the
+ * deployed stacks' exports); seeds v0 with `agentrl policy publish` as the README's deploy steps
+ * do; then runs every role as its own process, through `agentrl container`, with the container
+ * environment its task definition sets and its own user's credentials, until the trainer has
+ * published the requested versions. Any IAM denial (or role-access violation) ends it, naming
+ * role, action and resource.
+ *
+ * What it does not rehearse: the VPC, ECS, Cloud Map and image builds (moto runs no containers),
+ * so the network addresses (host, ports, peer URLs) are the one part of the environment it sets
+ * itself, beside the endpoint and credentials.
+ */
+import { type ChildProcess, spawn } from "node:child_process";
+import { mkdtempSync, readFileSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { CloudFormationClient, CreateStackCommand, DescribeStacksCommand } from "@aws-sdk/client-cloudformation";
+import { CreateAccessKeyCommand, CreateUserCommand, IAMClient, PutUserPolicyCommand } from "@aws-sdk/client-iam";
+import { ListObjectsV2Command, S3Client } from "@aws-sdk/client-s3";
+import { App } from "aws-cdk-lib";
+import { type ExperimentConfig, parseConfig } from "../../shared/config/index.ts";
+import { buildAgentRlApp } from "../agentRlApp.ts";
+import {
+  type CfnTemplate,
+  type PolicyStatement,
+  resolveIntrinsics,
+  type TaskRoleDefinition,
+  taskRoleDefinitions,
+} from "./template.ts";
+
+export const REPOSITORY_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
+const AGENTRL_BIN = join(REPOSITORY_ROOT, "bin/agentrl.mjs");
+const REGION = "us-east-1";
+
+/** A deployment small enough to rehearse on 2 cores: one task, groups of 2, 2 trainer steps. */
+export const REHEARSAL_CONFIG: ExperimentConfig = parseConfig({
+  experimentId: "rehearsal",
+  seed: 1,
+  transport: { queuePrefix: "rehearsal", visibilityTimeoutSeconds: 30 },
+  tasks: { mix: [{ name: "db", concurrency: 4 }] },
+  rollout: { groupSize: 2, maxTurns: 2, maxTokensPerTurn: 16, workers: 1, concurrency: 4 },
+  trainer: { batchSize: 1, maxSteps: 2, warmupFactor: 1, maxStaleness: 2 },
+  policy: { pollSeconds: 1 },
+  evaluation: { instances: 0 },
+});
+
+/** The synthesized templates of the three stacks the rehearsal uses. */
+export interface RehearsalTemplates {
+  readonly config: ExperimentConfig;
+  readonly stores: CfnTemplate;
+  readonly messaging: CfnTemplate;
+  readonly compute: CfnTemplate;
+}
+
+/** Synthesizes the app as `cdk synth` would (cdk.json's feature flags; assets fingerprinted, not staged). */
+export function synthesizeForRehearsal(config: ExperimentConfig = REHEARSAL_CONFIG): RehearsalTemplates {
+  const cdkJson = JSON.parse(readFileSync(join(REPOSITORY_ROOT, "cdk.json"), "utf8")) as {
+    context?: Record<string, unknown>;
+  };
+  const app = new App({
+    outdir: mkdtempSync(join(tmpdir(), "agentrl-rehearse-cdk-")),
+    context: { ...cdkJson.context, "aws:cdk:disable-asset-staging": true },
+  });
+  buildAgentRlApp(app, { config, repositoryRoot: REPOSITORY_ROOT });
+  const assembly = app.synth();
+  const template = (name: string) => assembly.getStackByName(name).template as CfnTemplate;
+  return {
+    config,
+    stores: template("AgentRlStores"),
+    messaging: template("AgentRlMessaging"),
+    compute: template("AgentRlCompute"),
+  };
+}
+
+/** One refused call, from a role's stderr. */
+export interface Denial {
+  readonly role: string;
+  readonly action: string;
+  readonly resource: string;
+}
+
+export interface RehearsalOptions {
+  readonly templates: RehearsalTemplates;
+  /** Removes one action of one role's policy before the user is created (the negative rehearsal). */
+  readonly dropGrant?: { readonly roleKey: string; readonly action: string; readonly resource: RegExp };
+  /** Progress lines. @default stderr */
+  readonly log?: (line: string) => void;
+  /** Give up after this long. @default 300 s */
+  readonly timeoutMs?: number;
+}
+
+export interface RehearsalResult {
+  readonly passed: boolean;
+  /** Why not, in one paragraph (empty when passed). */
+  readonly failure: string;
+  readonly denials: readonly Denial[];
+  /** Versions in the deployed checkpoint bucket at the end. */
+  readonly versions: readonly number[];
+  readonly seconds: number;
+}
+
+/** Runs the rehearsal once (a fresh moto server each time). */
+export async function rehearse(options: RehearsalOptions): Promise<RehearsalResult> {
+  const started = Date.now();
+  const log = options.log ?? ((line: string) => process.stderr.write(`[rehearse] ${line}\n`));
+  const { config } = options.templates;
+  const children: ChildProcess[] = [];
+  const moto = await startEnforcingMoto();
+  children.push(moto.child);
+  const denials: Denial[] = [];
+  let failure = "";
+  const admin = await createAdmin(moto.endpoint);
+  const clients = { region: REGION, endpoint: moto.endpoint, credentials: admin };
+  const cfn = new CloudFormationClient(clients);
+  const iam = new IAMClient(clients);
+  const s3 = new S3Client({ ...clients, forcePathStyle: true });
+  try {
+    // 1. The stateful stacks, through CloudFormation, as the admin.
+    const exported = new Map<string, string>();
+    const outputs = new Map<string, string>();
+    for (const [name, template] of [
+      ["AgentRlStores", options.templates.stores],
+      ["AgentRlMessaging", options.templates.messaging],
+    ] as const) {
+      await cfn.send(
+        new CreateStackCommand({ StackName: name, TemplateBody: JSON.stringify(withoutBootstrapCheck(template)) }),
+      );
+      const stack = (await cfn.send(new DescribeStacksCommand({ StackName: name }))).Stacks?.[0];
+      if (stack?.StackStatus !== "CREATE_COMPLETE")
+        throw new Error(`${name}: ${stack?.StackStatus} ${stack?.StackStatusReason ?? ""}`);
+      for (const output of stack.Outputs ?? []) {
+        if (output.ExportName && output.OutputValue) exported.set(output.ExportName, output.OutputValue);
+        if (output.OutputKey && output.OutputValue) outputs.set(output.OutputKey, output.OutputValue);
+      }
+    }
+    log(`deployed AgentRlStores and AgentRlMessaging (${exported.size} exports)`);
+    const importValue = (name: string): string => {
+      const value = exported.get(name);
+      if (value === undefined) throw new Error(`AgentRlCompute imports ${name}, which no deployed stack exports`);
+      return value;
+    };
+
+    // 2. One IAM user per task role, with exactly the compute template's statements.
+    const definitions = taskRoleDefinitions(options.templates.compute);
+    const credentials = new Map<string, { accessKeyId: string; secretAccessKey: string }>();
+    for (const definition of definitions) {
+      let statements = definition.statements.map((raw) => resolveIntrinsics(raw, importValue) as PolicyStatement);
+      if (options.dropGrant?.roleKey === definition.key) statements = dropAction(statements, options.dropGrant);
+      const userName = `rehearsal-${definition.key.replace(/[^A-Za-z0-9+=,.@_-]/g, "-")}`;
+      await iam.send(new CreateUserCommand({ UserName: userName }));
+      if (statements.length > 0)
+        await iam.send(
+          new PutUserPolicyCommand({
+            UserName: userName,
+            PolicyName: "task-role",
+            PolicyDocument: JSON.stringify({ Version: "2012-10-17", Statement: statements }),
+          }),
+        );
+      const key = (await iam.send(new CreateAccessKeyCommand({ UserName: userName }))).AccessKey;
+      credentials.set(definition.key, {
+        accessKeyId: key?.AccessKeyId ?? "",
+        secretAccessKey: key?.SecretAccessKey ?? "",
+      });
+    }
+    log(`created ${definitions.length} task-role users: ${definitions.map((d) => d.key).join(", ")}`);
+
+    // 3. v0, the way the README's deploy steps publish it (as the deploying admin).
+    const checkpointBucket = outputs.get("CheckpointBucketName") ?? "";
+    const published = await runToEnd(
+      [
+        AGENTRL_BIN,
+        "policy",
+        "publish",
+        "--from",
+        join(REPOSITORY_ROOT, "trainer-image/base-policy"),
+        "--bucket",
+        checkpointBucket,
+        "--endpoint",
+        moto.endpoint,
+      ],
+      { AWS_ACCESS_KEY_ID: admin.accessKeyId, AWS_SECRET_ACCESS_KEY: admin.secretAccessKey, AWS_REGION: REGION },
+    );
+    if (published.code !== 0) throw new Error(`agentrl policy publish failed: ${published.stderr}`);
+    log(`seeded v0: ${published.stdout.trim()}`);
+
+    // 4. Every role as its own process, with its task definition's environment and its own credentials.
+    const ports = new Map<string, number>();
+    const portOf = async (key: string) => {
+      if (!ports.has(key)) ports.set(key, await freePort());
+      return ports.get(key)!;
+    };
+    const controllerUrl = `http://127.0.0.1:${await portOf("controller")}`;
+    const policyUrl = async (pool: string) => `http://127.0.0.1:${await portOf(`policy:${pool}`)}`;
+    const network = async (definition: TaskRoleDefinition): Promise<Record<string, string>> => {
+      const own: Record<string, string> =
+        "AGENTRL_PORT" in definition.environment ? { AGENTRL_PORT: String(await portOf(definition.key)) } : {};
+      return {
+        ...own,
+        AGENTRL_HOST: "127.0.0.1",
+        ...("AGENTRL_CONTROLLER_URL" in definition.environment ? { AGENTRL_CONTROLLER_URL: controllerUrl } : {}),
+        ...(definition.role === "env" ? { AGENTRL_ADVERTISE_HOST: "127.0.0.1" } : {}),
+        ...(definition.role === "rollout"
+          ? {
+              AGENTRL_POLICY_CURRENT_URL: await policyUrl("current"),
+              AGENTRL_POLICY_STALE_URL: await policyUrl("stale"),
+            }
+          : {}),
+      };
+    };
+    let finish: (reason: string) => void = () => {};
+    const finished = new Promise<string>((resolve) => {
+      finish = resolve;
+    });
+    const exits = new Map<string, number | null>();
+    const start = async (definition: TaskRoleDefinition) => {
+      const fromTemplate = Object.fromEntries(
+        Object.entries(definition.environment).map(([name, value]) => [
+          name,
+          String(resolveIntrinsics(value, importValue)),
+        ]),
+      );
+      const key = credentials.get(definition.key)!;
+      const env: NodeJS.ProcessEnv = {
+        PATH: process.env.PATH,
+        HOME: process.env.HOME,
+        ...fromTemplate,
+        ...(await network(definition)),
+        AGENTRL_AWS_ENDPOINT: moto.endpoint,
+        AWS_REGION: REGION,
+        AWS_ACCESS_KEY_ID: key.accessKeyId,
+        AWS_SECRET_ACCESS_KEY: key.secretAccessKey,
+        AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: "true",
+        AGENTRL_LOG_LEVEL: "warn",
+        // the trainer's run folder (metrics.jsonl) goes to a temp dir, not the checkout
+        AGENTRL__runDir: mkdtempSync(join(tmpdir(), `agentrl-rehearse-${definition.role}-`)),
+      };
+      const child = spawn(process.execPath, [AGENTRL_BIN, "container"], {
+        cwd: REPOSITORY_ROOT,
+        env,
+        stdio: ["ignore", "pipe", "pipe"],
+      });
+      children.push(child);
+      let tail = "";
+      child.stderr?.setEncoding("utf8").on("data", (chunk: string) => {
+        tail = (tail + chunk).slice(-3000);
+        for (const line of chunk.split("\n")) {
+          const denial = parseDenial(line, definition.key);
+          if (denial) {
+            denials.push(denial);
+            finish(`role ${denial.role} was denied ${denial.action} on ${denial.resource}`);
+          }
+        }
+      });
+      child.stdout?.resume();
+      child.once("exit", (code) => {
+        exits.set(definition.key, code);
+        if (definition.role === "trainer") finish(code === 0 ? "" : `the trainer exited with ${code}: ${tail}`);
+        else if (code !== 0 && code !== null) finish(`role ${definition.key} exited with ${code}: ${tail}`);
+      });
+    };
+    const byRole = (role: string) => definitions.filter((d) => d.role === role);
+    for (const definition of byRole("controller")) await start(definition);
+    await waitForHttp(`${controllerUrl}/api/list_workers`, finished);
+    for (const definition of [...byRole("env"), ...byRole("policy")]) await start(definition);
+    for (const pool of ["current", "stale"]) await waitForHttp(`${await policyUrl(pool)}/health`, finished);
+    for (const definition of [...byRole("trainer"), ...byRole("feeder"), ...byRole("rollout")]) await start(definition);
+    log(`started ${children.length - 1} role processes; waiting for ${config.trainer.maxSteps} trainer steps`);
+    const timeout = setTimeout(
+      () => finish(`timed out after ${(options.timeoutMs ?? 300_000) / 1000} s`),
+      options.timeoutMs ?? 300_000,
+    );
+    failure = await finished;
+    clearTimeout(timeout);
+
+    // 5. What the trainer published, read back as the admin.
+    const listed = await s3.send(new ListObjectsV2Command({ Bucket: checkpointBucket, Prefix: "policies/" }));
+    const versions = (listed.Contents ?? [])
+      .map((object) => /^policies\/v(\d+)\/manifest\.json$/.exec(object.Key ?? "")?.[1])
+      .filter((v): v is string => v !== undefined)
+      .map(Number)
+      .sort((a, b) => a - b);
+    const expected = Array.from({ length: config.trainer.maxSteps + 1 }, (_, i) => i);
+    if (!failure && expected.some((v) => !versions.includes(v)))
+      failure = `the checkpoint bucket holds versions ${versions.join(", ")}, expected ${expected.join(", ")}`;
+    if (!failure && denials.length > 0)
+      failure = `denied: ${denials.map((d) => `${d.role} ${d.action} ${d.resource}`).join("; ")}`;
+    return { passed: failure === "", failure, denials, versions, seconds: (Date.now() - started) / 1000 };
+  } finally {
+    for (const child of children.reverse()) if (child.exitCode === null) child.kill("SIGTERM");
+    await new Promise((r) => setTimeout(r, 500));
+    for (const child of children) if (child.exitCode === null) child.kill("SIGKILL");
+    for (const client of [cfn, iam, s3]) client.destroy();
+  }
+}
+
+/** A denial line a role wrote (shared/transport: `access-denied` from IAM, `access-violation` from the role-access table). */
+export function parseDenial(line: string, roleKey: string): Denial | undefined {
+  if (!line.startsWith("{") || !/"event":"access-(denied|violation)"/.test(line)) return undefined;
+  try {
+    const event = JSON.parse(line) as { action?: string; operation?: string; resource?: string };
+    return { role: roleKey, action: event.action ?? event.operation ?? "?", resource: event.resource ?? "?" };
+  } catch {
+    return undefined;
+  }
+}
+
+function dropAction(
+  statements: readonly PolicyStatement[],
+  drop: { readonly action: string; readonly resource: RegExp },
+): PolicyStatement[] {
+  let dropped = false;
+  const out = statements.flatMap((statement) => {
+    const resources = [statement.Resource].flat();
+    const actions = [statement.Action].flat();
+    if (!actions.includes(drop.action) || !resources.some((r) => drop.resource.test(r))) return [statement];
+    dropped = true;
+    const rest = actions.filter((a) => a !== drop.action);
+    return rest.length > 0 ? [{ ...statement, Action: rest }] : [];
+  });
+  if (!dropped) throw new Error(`no statement grants ${drop.action} on ${drop.resource}`);
+  return out;
+}
+
+/** The CDK bootstrap-version rule reads an SSM parameter that only `cdk bootstrap` creates; moto has none. */
+function withoutBootstrapCheck(template: CfnTemplate): Record<string, unknown> {
+  const {
+    Rules: _rules,
+    Parameters: parameters,
+    ...rest
+  } = template as CfnTemplate & {
+    Rules?: unknown;
+    Parameters?: Record<string, unknown>;
+  };
+  const { BootstrapVersion: _version, ...kept } = parameters ?? {};
+  return Object.keys(kept).length > 0 ? { ...rest, Parameters: kept } : rest;
+}
+
+async function freePort(): Promise<number> {
+  return new Promise((resolvePort, reject) => {
+    const server = createServer();
+    server.on("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const address = server.address();
+      const port = typeof address === "object" && address ? address.port : 0;
+      server.close(() => resolvePort(port));
+    });
+  });
+}
+
+async function waitForHttp(url: string, failed: Promise<string>): Promise<void> {
+  let failure: string | undefined;
+  void failed.then((reason) => {
+    failure = reason || "ended";
+  });
+  for (const deadline = Date.now() + 180_000; Date.now() < deadline; ) {
+    if (failure !== undefined) throw new Error(`while waiting for ${url}: ${failure}`);
+    try {
+      if ((await fetch(url)).status < 500) return;
+    } catch {
+      // not listening yet
+    }
+    await new Promise((r) => setTimeout(r, 250));
+  }
+  throw new Error(`${url} did not answer within 180 s`);
+}
+
+function runToEnd(
+  args: readonly string[],
+  env: NodeJS.ProcessEnv,
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolveRun) => {
+    const child = spawn(process.execPath, args, {
+      cwd: REPOSITORY_ROOT,
+      env: { ...process.env, ...env },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let stdout = "";
+    let stderr = "";
+    child.stdout.setEncoding("utf8").on("data", (c: string) => {
+      stdout += c;
+    });
+    child.stderr.setEncoding("utf8").on("data", (c: string) => {
+      stderr += c;
+    });
+    child.once("exit", (code) => resolveRun({ code, stdout, stderr }));
+  });
+}
+
+/**
+ * `python3 -m moto.server` that enforces IAM: after its three unauthenticated calls (create the
+ * admin, attach its policy, make its key) every request must be signed by a user whose policies allow it.
+ */
+async function startEnforcingMoto(): Promise<{ endpoint: string; child: ChildProcess }> {
+  const port = await freePort();
+  const endpoint = `http://127.0.0.1:${port}`;
+  const child = spawn("python3", ["-c", MOTO_SERVER_WITH_QUERY_FIX, String(port)], {
+    stdio: ["ignore", "ignore", "pipe"],
+  });
+  let stderr = "";
+  child.stderr?.on("data", (chunk: Buffer) => {
+    stderr = (stderr + chunk.toString()).slice(-2000);
+  });
+  for (const deadline = Date.now() + 60_000; ; ) {
+    if (child.exitCode !== null) throw new Error(`moto exited: ${stderr}`);
+    try {
+      if ((await fetch(`${endpoint}/moto-api/`)).status < 500) break;
+    } catch {
+      // not yet
+    }
+    if (Date.now() > deadline) throw new Error(`moto did not start: ${stderr}`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  const reset = await fetch(`${endpoint}/moto-api/reset-auth`, { method: "POST", body: String(ADMIN_SETUP_CALLS) });
+  if (!reset.ok) throw new Error(`moto reset-auth: ${reset.status}`);
+  return { endpoint, child };
+}
+
+const ADMIN_SETUP_CALLS = 3;
+
+/**
+ * moto 5.2.1's server checks a signature against the URL as werkzeug hands it over, with `%2F`
+ * in query values decoded to `/`, so every signed ListObjectsV2 with a prefix fails with
+ * SignatureDoesNotMatch (in-process moto is not affected). This starts the same server with the
+ * query re-encoded the way SigV4 canonicalizes it before the check. And moto authorizes
+ * sqs:GetQueueUrl against '*' (it looks for a QueueUrl parameter, which that call does not have),
+ * where AWS uses the named queue's ARN; the shim lets it find the queue by its QueueName. And
+ * moto asks for sqs:SendMessageBatch (etc.) where AWS authorizes a batch as its single action.
+ * Nothing else changes.
+ */
+const MOTO_SERVER_WITH_QUERY_FIX = `
+import sys
+from urllib.parse import quote, unquote
+from moto.iam import access_control
+original = access_control.IAMRequestBase._create_aws_request
+def _create_aws_request(self):
+    path, sep, query = self._path.partition("?")
+    if sep:
+        pairs = [pair.partition("=") for pair in query.split("&") if pair]
+        self._path = path + "?" + "&".join(
+            quote(unquote(k), safe="-_.~") + ("=" + quote(unquote(v), safe="-_.~") if eq else "")
+            for k, eq, v in pairs)
+    return original(self)
+access_control.IAMRequestBase._create_aws_request = _create_aws_request
+request_init = access_control.IAMRequestBase.__init__
+def __init__(self, *args, **kwargs):
+    request_init(self, *args, **kwargs)
+    if self._action.startswith("sqs:") and self._action.endswith("Batch"):
+        self._action = self._action[: -len("Batch")]
+access_control.IAMRequestBase.__init__ = __init__
+from moto.sqs import responses as sqs_responses
+queue_name = sqs_responses.SQSResponse._get_queue_name
+def _get_queue_name(self):
+    named = self._get_param("QueueName")
+    return named if self._get_param("QueueUrl") is None and named else queue_name(self)
+sqs_responses.SQSResponse._get_queue_name = _get_queue_name
+from moto.server import main
+main(["-H", "127.0.0.1", "-p", sys.argv[1]])
+`;
+
+async function createAdmin(endpoint: string): Promise<{ accessKeyId: string; secretAccessKey: string }> {
+  // Unsigned-in-effect: these are the server's ADMIN_SETUP_CALLS free calls.
+  const iam = new IAMClient({
+    region: REGION,
+    endpoint,
+    credentials: { accessKeyId: "bootstrap", secretAccessKey: "bootstrap" },
+  });
+  try {
+    await iam.send(new CreateUserCommand({ UserName: "rehearsal-admin" }));
+    await iam.send(
+      new PutUserPolicyCommand({
+        UserName: "rehearsal-admin",
+        PolicyName: "admin",
+        PolicyDocument: JSON.stringify({
+          Version: "2012-10-17",
+          Statement: [{ Effect: "Allow", Action: "*", Resource: "*" }],
+        }),
+      }),
+    );
+    const key = (await iam.send(new CreateAccessKeyCommand({ UserName: "rehearsal-admin" }))).AccessKey;
+    return { accessKeyId: key?.AccessKeyId ?? "", secretAccessKey: key?.SecretAccessKey ?? "" };
+  } finally {
+    iam.destroy();
+  }
+}
