@@ -34,6 +34,9 @@ export interface EvalRunOptions {
   readonly controllerUrl: string;
   readonly policyUrl: string;
   readonly model?: string;
+  /** Bearer key for the policy server; give it only for our own servers. */
+  readonly policyApiKey?: string;
+  readonly controllerToken?: string;
   readonly label: string;
   readonly tasks: readonly EvalTask[];
   readonly split: "train" | "test";
@@ -51,7 +54,12 @@ export interface EvalRunOptions {
 export async function runEval(options: EvalRunOptions): Promise<EvalReport> {
   const report = await evaluate({
     controllerUrl: options.controllerUrl,
-    policy: { url: options.policyUrl, ...(options.model ? { model: options.model } : {}) },
+    policy: {
+      url: options.policyUrl,
+      ...(options.model ? { model: options.model } : {}),
+      ...(options.policyApiKey ? { apiKey: options.policyApiKey } : {}),
+    },
+    ...(options.controllerToken ? { controllerToken: options.controllerToken } : {}),
     policyLabel: options.label,
     tasks: options.tasks,
     split: options.split,

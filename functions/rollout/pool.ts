@@ -9,6 +9,8 @@ export interface PoolUrls {
   readonly stale?: string;
   /** Model name sent to our servers. @default "agentrl" */
   readonly model?: string;
+  /** Bearer key of our servers (AGENTRL_POLICY_API_KEY); never sent to external endpoints. */
+  readonly apiKey?: string;
 }
 
 /** A pool member and its per-turn probability. */
@@ -29,7 +31,8 @@ export class PolicyPool {
 
   constructor(rollout: RolloutConfig, urls: PoolUrls) {
     const model = urls.model ?? "agentrl";
-    const current: PolicyEndpoint = { pool: "current", url: urls.current, model, requiresTrace: true };
+    const ours = urls.apiKey === undefined ? {} : { apiKey: urls.apiKey };
+    const current: PolicyEndpoint = { pool: "current", url: urls.current, model, requiresTrace: true, ...ours };
     const cross = rollout.crossPolicy;
     if (!cross.enabled) {
       this.members = [{ endpoint: current, probability: 1 }];
@@ -38,7 +41,7 @@ export class PolicyPool {
     const members: PoolMember[] = [];
     if (urls.stale && cross.staleProbability > 0)
       members.push({
-        endpoint: { pool: "stale", url: urls.stale, model, requiresTrace: true },
+        endpoint: { pool: "stale", url: urls.stale, model, requiresTrace: true, ...ours },
         probability: cross.staleProbability,
       });
     for (const external of cross.external)

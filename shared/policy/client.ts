@@ -7,6 +7,7 @@ import {
   type GenerationTrace,
   type ToolSpec,
 } from "../../shared/protocol/openai.ts";
+import { bearerHeader } from "../security/bearer.ts";
 
 /**
  * A minimal OpenAI-compatible chat-completions client for the agent loop. It reads the
@@ -41,6 +42,8 @@ export interface PolicyEndpoint {
   readonly model: string;
   /** Whether answers must carry the `agentrl` trace (true for our own policy servers). */
   readonly requiresTrace: boolean;
+  /** Sent as `authorization: Bearer <apiKey>` (our servers' AGENTRL_POLICY_API_KEY, or an external endpoint's key). */
+  readonly apiKey?: string;
 }
 
 /** What one assistant turn came back as. */
@@ -100,7 +103,7 @@ export class PolicyClient {
     try {
       response = await this.fetchImpl(url, {
         method: "POST",
-        headers: { "content-type": "application/json" },
+        headers: { "content-type": "application/json", ...bearerHeader(endpoint.apiKey) },
         body: JSON.stringify(body),
         signal: signal ? AbortSignal.any([signal, timeout]) : timeout,
       });

@@ -10,6 +10,7 @@ import {
   ChatCompletionRequest,
   type ChatCompletionResponse,
 } from "../../shared/protocol/openai.ts";
+import { requireBearer } from "../../shared/security/bearer.ts";
 import type { Pool } from "./follower.ts";
 import { BatchScheduler, GenerationError, type GenerationResult } from "./scheduler.ts";
 
@@ -23,6 +24,8 @@ export interface PolicyServerOptions {
   /** Name reported by /v1/models and in responses. @default "agentrl-<pool>" */
   readonly modelName?: string;
   readonly pool?: Pool;
+  /** Bearer key required on /v1/* and /stats (AGENTRL_POLICY_API_KEY); /health stays open for load balancers. */
+  readonly apiKey?: string;
 }
 
 /** A policy server: the HTTP app plus the scheduler and the hook that swaps weights. */
@@ -57,6 +60,9 @@ export function createPolicyServer(options: PolicyServerOptions): PolicyServer {
   const startedAt = Math.floor(Date.now() / 1000);
 
   const app = createApp(log);
+  const auth = requireBearer(options.apiKey, "policy clients (AGENTRL_POLICY_API_KEY)");
+  app.use("/v1/*", auth);
+  app.use("/stats", auth);
 
   app.get("/health", (c) =>
     c.json({ status: "ok", pool, policyVersion: scheduler.policyVersion, ...pick(scheduler.stats()) }),

@@ -25,6 +25,8 @@ export interface ServePolicyOptions {
   readonly follow?: boolean;
   /** Checkpoint store to follow; @default the experiment transport's `checkpoints` store. */
   readonly store?: ObjectStore;
+  /** Bearer key required on /v1/* and /stats (AGENTRL_POLICY_API_KEY, like vLLM's --api-key). */
+  readonly apiKey?: string;
 }
 
 export interface RunningPolicyServer {
@@ -84,6 +86,7 @@ export async function servePolicy(options: ServePolicyOptions): Promise<RunningP
     log,
     maxBatch: config.policy.maxBatch,
     pool,
+    ...(options.apiKey ? { apiKey: options.apiKey } : {}),
   });
 
   const source: PolicySource = {
