@@ -5,7 +5,7 @@ import { createLogger, type Logger } from "../../shared/log.ts";
 import { initBackend } from "../../shared/model/backend.ts";
 import { loadCheckpoint, saveCheckpoint, versionPrefix } from "../../shared/model/checkpoint.ts";
 import type { TransformerPolicy } from "../../shared/model/transformer.ts";
-import { type PolicyPublished, Trajectory, TrajectoryReady } from "../../shared/protocol/messages.ts";
+import { type PolicyPublished, TrajectoryReady } from "../../shared/protocol/messages.ts";
 import type { StepMetrics } from "../../shared/protocol/metrics.ts";
 import type { PpoParams } from "../../shared/rl/ppo.ts";
 import { padRows, ppoLossTensors } from "../../shared/rl/tensor.ts";
@@ -14,6 +14,7 @@ import type { ReceivedMessage, Transport } from "../../shared/transport/types.ts
 import { importanceWeights, prepareBatch, taskMetrics } from "./batch.ts";
 import { type BufferedGroup, GroupBuffer, groupsNeeded } from "./buffer.ts";
 import { addTotals, type Ledger, readLedger, writeLedger } from "./ledger.ts";
+import { PoisonedTrajectories } from "./load.ts";
 
 /** The trainer cannot start (no checkpoint to train from, inconsistent state). */
 export class TrainerError extends AgentRlError {
@@ -151,6 +152,7 @@ export async function runTrainer(
       await inbox.fail(message.receiptHandle, describeError(error));
       return;
     }
+    if (await poisoned.refail(ready.trajectoryId, message.receiptHandle)) return;
     if (consumed.has(ready.trajectoryId)) {
       // already trained (or dropped): acknowledge once the ledger holding it is published
       counters.duplicates += 1;
@@ -169,22 +171,8 @@ export async function runTrainer(
       await inbox.changeVisibility(receipt, visibility).catch(() => {});
   };
 
-  const loadTrajectories = async (groups: readonly BufferedGroup[]) => {
-    const out: Trajectory[] = [];
-    let missing = 0;
-    for (const group of groups)
-      for (const member of group.members.values()) {
-        const text = await trajectoryStore.getText(member.ready.key);
-        const parsed = text === undefined ? undefined : Trajectory.safeParse(safeJson(text));
-        if (!parsed?.success || parsed.data.trajectoryId !== member.ready.trajectoryId) {
-          missing += 1;
-          log.warn({ key: member.ready.key }, "trajectory missing or invalid; counted and skipped");
-          continue;
-        }
-        out.push(parsed.data);
-      }
-    return { trajectories: out, missing };
-  };
+  const poisoned = new PoisonedTrajectories(inbox, log);
+  const loadTrajectories = (groups: readonly BufferedGroup[]) => poisoned.loadGroups(trajectoryStore, groups);
 
   const trainOn = async (groups: BufferedGroup[], dropped: BufferedGroup[]): Promise<void> => {
     const stepStart = Date.now();
@@ -419,12 +407,4 @@ export async function runTrainer(
   }
   log.info({ step, version, totals }, "trainer stopped");
   return { stepsThisRun, step, version, totals };
-}
-
-function safeJson(text: string): unknown {
-  try {
-    return JSON.parse(text);
-  } catch {
-    return undefined;
-  }
 }
