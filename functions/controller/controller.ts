@@ -1,9 +1,10 @@
 import type { Context } from "hono";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
 import type { z } from "zod";
+import type { HttpLimitsConfig } from "../../shared/config/limits.ts";
 import { calculateOverall } from "../../shared/env/worker.ts";
 import { issuesOf, ValidationError } from "../../shared/errors.ts";
-import { createApp, HttpError, listen, type RunningServer, readJson } from "../../shared/http.ts";
+import { createApp, DEFAULT_HTTP_LIMITS, HttpError, listen, type RunningServer, readJson } from "../../shared/http.ts";
 import { createLogger, type Logger } from "../../shared/log.ts";
 import {
   CalculateOverall,
@@ -62,6 +63,8 @@ export interface ControllerOptions {
   readonly controllerSecret?: string;
   /** Caps on registrations. @default DEFAULT_REGISTRATION_LIMITS */
   readonly registrationLimits?: Partial<RegistrationLimits>;
+  /** Body limit, header/request timeouts and connection cap of the server. @default limits.http defaults */
+  readonly httpLimits?: HttpLimitsConfig;
   readonly log?: Logger;
 }
 
@@ -121,11 +124,13 @@ export class Controller {
   private readonly envSecret: string | undefined;
   private readonly controllerSecret: string | undefined;
   private readonly limits: RegistrationLimits;
+  private readonly httpLimits: HttpLimitsConfig;
 
   constructor(options: ControllerOptions = {}) {
     this.envSecret = options.envSecret;
     this.controllerSecret = options.controllerSecret;
     this.limits = { ...DEFAULT_REGISTRATION_LIMITS, ...options.registrationLimits };
+    this.httpLimits = options.httpLimits ?? DEFAULT_HTTP_LIMITS;
     this.heartbeatTimeoutMs = options.heartbeatTimeoutMs ?? 11_000;
     this.forgetAfterMs = options.forgetAfterMs ?? 35_000;
     this.sessionIdleTimeoutMs = options.sessionIdleTimeoutMs ?? 240_000;
@@ -140,7 +145,7 @@ export class Controller {
 
   /** The Hono app with every controller endpoint under /api. */
   app() {
-    const app = createApp(this.log);
+    const app = createApp(this.log, this.httpLimits);
     // Checked before any body is read: an unauthenticated call changes nothing.
     const workerAuth = requireBearer(this.envSecret, "env workers (AGENTRL_ENV_SECRET)");
     const callerAuth = requireBearer(
@@ -629,7 +634,12 @@ export async function startController(
   const controller = new Controller(options);
   let server: RunningServer;
   try {
-    server = await listen(controller.app(), options.port ?? 5020, options.host ?? "127.0.0.1");
+    server = await listen(
+      controller.app(),
+      options.port ?? 5020,
+      options.host ?? "127.0.0.1",
+      options.httpLimits ?? DEFAULT_HTTP_LIMITS,
+    );
   } catch (error) {
     controller.close();
     throw error;

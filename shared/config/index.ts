@@ -3,6 +3,7 @@ import { parse as parseYaml } from "yaml";
 import { z } from "zod";
 import { issuesOf, ValidationError } from "../errors.ts";
 import { EvaluationConfig } from "./evaluation.ts";
+import { LimitsConfig } from "./limits.ts";
 import { PolicyConfig } from "./policy.ts";
 import { RolloutConfig } from "./rollout.ts";
 import { assertSafeConfigPath, assertSafeConfigTree } from "./safePath.ts";
@@ -11,6 +12,7 @@ import { TrainerConfig } from "./trainer.ts";
 import { TransportConfig } from "./transport.ts";
 
 export * from "./evaluation.ts";
+export * from "./limits.ts";
 export * from "./policy.ts";
 export * from "./rollout.ts";
 export * from "./tasks.ts";
@@ -36,6 +38,7 @@ export const ExperimentConfig = z
     rollout: RolloutConfig.prefault({}),
     trainer: TrainerConfig.prefault({}),
     evaluation: EvaluationConfig.prefault({}),
+    limits: LimitsConfig.prefault({}),
   })
   .strict()
   .superRefine((c, ctx) => {

@@ -1,6 +1,7 @@
 import type { Context } from "hono";
 import type { z } from "zod";
-import { createApp, HttpError, listen, readJson } from "../http.ts";
+import type { HttpLimitsConfig } from "../config/limits.ts";
+import { createApp, DEFAULT_HTTP_LIMITS, HttpError, listen, readJson } from "../http.ts";
 import { createLogger, type Logger } from "../log.ts";
 import {
   CalculateOverall,
@@ -40,6 +41,8 @@ export interface ServeTaskOptions {
    * every worker endpoint (401 without it). Unset: the worker is open (local development only).
    */
   readonly envSecret?: string;
+  /** Body limit, header/request timeouts and connection cap of the server. @default limits.http defaults */
+  readonly httpLimits?: HttpLimitsConfig;
   readonly log?: Logger;
 }
 
@@ -82,6 +85,7 @@ export class TaskWorker {
     private readonly idleTimeoutMs: number,
     private readonly log: Logger,
     private readonly envSecret?: string,
+    private readonly httpLimits: HttpLimitsConfig = DEFAULT_HTTP_LIMITS,
   ) {
     if (!Number.isInteger(concurrency) || concurrency < 1)
       throw new RangeError(`concurrency must be >= 1, got ${concurrency}`);
@@ -101,7 +105,7 @@ export class TaskWorker {
 
   /** The Hono app serving the worker endpoints under /api. */
   app() {
-    const app = createApp(this.log);
+    const app = createApp(this.log, this.httpLimits);
     app.use("/api/*", requireBearer(this.envSecret, "the controller (AGENTRL_ENV_SECRET)"));
     app.post("/api/start_sample", async (c) =>
       this.startSample(c, await readJson(c, WorkerStartSample, "start_sample body")),
@@ -259,8 +263,14 @@ export async function serveTask(
     options.idleTimeoutMs ?? 240_000,
     log,
     options.envSecret,
+    options.httpLimits,
   );
-  const server = await listen(worker.app(), options.port ?? 0, options.host ?? "127.0.0.1");
+  const server = await listen(
+    worker.app(),
+    options.port ?? 0,
+    options.host ?? "127.0.0.1",
+    options.httpLimits ?? DEFAULT_HTTP_LIMITS,
+  );
   const address = (options.address ?? `${server.url}/api`).replace(/\/+$/, "");
   const heartbeatUrl = options.controllerUrl ? `${controllerApi(options.controllerUrl)}/receive_heartbeat` : undefined;
   let failures = 0;

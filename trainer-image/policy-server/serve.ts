@@ -86,6 +86,7 @@ export async function servePolicy(options: ServePolicyOptions): Promise<RunningP
     log,
     maxBatch: config.policy.maxBatch,
     pool,
+    limits: config.limits,
     ...(options.apiKey ? { apiKey: options.apiKey } : {}),
   });
 
@@ -102,7 +103,7 @@ export async function servePolicy(options: ServePolicyOptions): Promise<RunningP
     log,
   });
   if (options.follow ?? true) follower.start();
-  const http = await listen(server.app, options.port, options.host ?? "127.0.0.1");
+  const http = await listen(server.app, options.port, options.host ?? "127.0.0.1", config.limits.http);
   log.info({ url: http.url, pool, policyVersion: first, staleEvery }, "policy server listening");
   return {
     url: http.url,
