@@ -107,6 +107,38 @@ describe("controller-worker shared secret", () => {
     expect(await new ControllerClient({ baseUrl: ctl.url, token: CONTROLLER_SECRET }).listWorkers()).toEqual({});
   });
 
+  it("never writes a secret into a log line (registration, rejected callers, sessions, lost workers)", async () => {
+    const lines: string[] = [];
+    const destination = { write: (line: string) => void lines.push(line) };
+    const logged = (role: string) => createLogger({ role }, destination);
+    process.env.AGENTRL_LOG_LEVEL = "debug";
+    try {
+      const ctl = await controller({ log: logged("controller") });
+      const w = await serveTask(exampleTask, {
+        controllerUrl: ctl.url,
+        heartbeatMs: 100,
+        envSecret: ENV_SECRET,
+        log: logged("env-worker"),
+      });
+      cleanup.push(() => w.close());
+      await serveTask(exampleTask, { controllerUrl: ctl.url, heartbeatMs: 100, log: logged("intruder") }).then(
+        (intruder) => cleanup.push(() => intruder.close()),
+      );
+      await waitFor(() => Object.keys(ctl.controller.listWorkers()).length === 1, 5_000, "registration");
+      const client = new ControllerClient({ baseUrl: ctl.url, token: CONTROLLER_SECRET, maxRetries: 0 });
+      const sample = await client.startSample("example", 0);
+      await w.close();
+      await client.interact(sample.sessionId, { role: "assistant", content: "hi" }).catch(() => undefined);
+    } finally {
+      delete process.env.AGENTRL_LOG_LEVEL;
+    }
+    const text = lines.join("");
+    expect(text).toMatch(/worker registered/);
+    expect(text).toMatch(/heartbeat failed/);
+    expect(text).not.toContain(ENV_SECRET);
+    expect(text).not.toContain(CONTROLLER_SECRET);
+  });
+
   it("reads secrets from the environment, rejects short ones without echoing them", () => {
     expect(readSecrets({ AGENTRL_ENV_SECRET: ENV_SECRET })).toEqual({ envSecret: ENV_SECRET });
     expect(() => readSecrets({ AGENTRL_POLICY_API_KEY: "short-key" })).toThrow(/AGENTRL_POLICY_API_KEY/);
