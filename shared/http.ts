@@ -1,8 +1,10 @@
 import type { AddressInfo } from "node:net";
 import { serve } from "@hono/node-server";
 import { type Context, Hono } from "hono";
+import { bodyLimit } from "hono/body-limit";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
 import type { z } from "zod";
+import { HttpLimitsConfig } from "./config/limits.ts";
 import { AgentRlError, parseJsonOrThrow, ValidationError } from "./errors.ts";
 import type { Logger } from "./log.ts";
 
@@ -22,12 +24,27 @@ export async function readJson<S extends z.ZodType>(c: Context, schema: S, what:
   return parseJsonOrThrow(schema, await c.req.text(), what);
 }
 
+/** The limits every server gets unless told otherwise (limits.http defaults). */
+export const DEFAULT_HTTP_LIMITS: HttpLimitsConfig = HttpLimitsConfig.parse({});
+
 /**
  * A Hono app whose errors never crash the process: ValidationError -> 400 `{error, issues}`,
- * HttpError -> its status, anything else -> 500 (logged).
+ * HttpError -> its status, anything else -> 500 (logged). Bodies larger than
+ * `limits.bodyLimitBytes` answer 413: at once from Content-Length, or as soon as a chunked body
+ * passes the limit, never after reading it in full.
  */
-export function createApp(log: Logger): Hono {
+export function createApp(log: Logger, limits: Pick<HttpLimitsConfig, "bodyLimitBytes"> = DEFAULT_HTTP_LIMITS): Hono {
   const app = new Hono();
+  app.use(
+    "*",
+    bodyLimit({
+      maxSize: limits.bodyLimitBytes,
+      onError: (c) =>
+        c.json({ error: `request body exceeds ${limits.bodyLimitBytes} bytes (limits.http.bodyLimitBytes)` }, 413, {
+          connection: "close",
+        }),
+    }),
+  );
   app.onError((error, c) => {
     if (error instanceof ValidationError) return c.json({ error: error.message, issues: error.issues }, 400);
     if (error instanceof HttpError) return c.json({ error: error.message }, error.status);
@@ -44,10 +61,24 @@ export interface RunningServer {
   close(): Promise<void>;
 }
 
-/** Serves `app` on host:port (port 0 picks a free one) and resolves once it listens. */
-export function listen(app: Hono, port = 0, host = "127.0.0.1"): Promise<RunningServer> {
+/**
+ * Serves `app` on host:port (port 0 picks a free one) and resolves once it listens. The server
+ * drops clients that send headers or the request too slowly and refuses connections past the cap.
+ */
+export function listen(
+  app: Hono,
+  port = 0,
+  host = "127.0.0.1",
+  limits: Omit<HttpLimitsConfig, "bodyLimitBytes"> = DEFAULT_HTTP_LIMITS,
+): Promise<RunningServer> {
   return new Promise((resolve, reject) => {
-    const server = serve({ fetch: app.fetch, port, hostname: host }, (info: AddressInfo) => {
+    const serverOptions = {
+      headersTimeout: limits.headersTimeoutMs,
+      requestTimeout: Math.max(limits.requestTimeoutMs, limits.headersTimeoutMs),
+      // how often Node checks those two timeouts; its default (30 s) would let a slow client linger
+      connectionsCheckingInterval: Math.max(100, Math.min(1_000, limits.headersTimeoutMs / 2)),
+    };
+    const server = serve({ fetch: app.fetch, port, hostname: host, serverOptions }, (info: AddressInfo) => {
       resolve({
         url: `http://${host}:${info.port}`,
         port: info.port,
@@ -58,6 +89,7 @@ export function listen(app: Hono, port = 0, host = "127.0.0.1"): Promise<Running
           }),
       });
     });
+    server.maxConnections = limits.maxConnections;
     server.once("error", reject);
   });
 }

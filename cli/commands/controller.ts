@@ -29,7 +29,9 @@ export function register(program: Command): void {
         workerTimeoutMs: number;
       }) => {
         const { startController } = await import("../../functions/controller/controller.ts");
+        const { readSecrets } = await import("../../shared/security/secrets.ts");
         const running = await startController({
+          ...readSecrets(),
           port: options.port,
           host: options.host,
           heartbeatTimeoutMs: options.heartbeatTimeoutMs,

@@ -45,7 +45,10 @@ export function register(program: Command): void {
       const module = await loadTask(name);
       const concurrency = options.concurrency ?? (await concurrencyOf(name, options));
       const { serveTask } = await import("../../shared/env/worker.ts");
+      const { readSecrets } = await import("../../shared/security/secrets.ts");
+      const { envSecret } = readSecrets();
       const worker = await serveTask(module, {
+        ...(envSecret ? { envSecret } : {}),
         port: options.port,
         host: options.host,
         controllerUrl: options.controller,

@@ -5,6 +5,7 @@ import type { ExperimentConfig } from "../../shared/config/index.ts";
 import { ValidationError } from "../../shared/errors.ts";
 import { createLogger } from "../../shared/log.ts";
 import { newestVersion } from "../../shared/protocol/checkpoints.ts";
+import { secretEnv, withGeneratedSecrets } from "../../shared/security/secrets.ts";
 import { createTransport } from "../../shared/transport/index.ts";
 import { evalTasks, runEval, samplingSuffix } from "../launch/eval.ts";
 import { startPolicyServer } from "../launch/policy.ts";
@@ -94,13 +95,16 @@ export function register(program: Command): void {
     const configFile = join(outDir, "config.json");
     writeFileSync(configFile, `${JSON.stringify(config, null, 2)}\n`);
     const log = createLogger({ role: "eval", experimentId: config.experimentId });
-    const supervisor = new Supervisor(outDir);
+    // Our controller, workers and pinned policy server share fresh secrets unless the environment sets them.
+    const secrets = withGeneratedSecrets();
+    const supervisor = new Supervisor(outDir, { ...process.env, ...secretEnv(secrets) });
     const stop = () => void supervisor.stopAll().then(() => process.exit(130));
     process.once("SIGINT", stop);
     try {
       const controllerUrl = await startEnvStack(supervisor, {
         ...(options.controller ? { controllerUrl: options.controller } : {}),
         tasks: names.map((name) => ({ name, concurrency: options.concurrency })),
+        controllerToken: secrets.controllerSecret,
       });
       const policyUrl =
         version === undefined
@@ -111,7 +115,9 @@ export function register(program: Command): void {
           controllerUrl,
           policyUrl,
           ...(options.model ? { model: options.model } : {}),
-          ...(apiKey ? { apiKey } : {}),
+          // an external policy URL gets only the key named for it, never ours
+          ...(version === undefined ? (apiKey ? { apiKey } : {}) : { policyApiKey: secrets.policyApiKey }),
+          controllerToken: secrets.controllerSecret,
           label: `${version === undefined ? (options.model ?? options.policy) : `v${version}`}${samplingSuffix(sampling)}`,
           sampling,
           tasks,

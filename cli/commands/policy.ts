@@ -46,6 +46,8 @@ export function register(program: Command): void {
       });
       const log = createLogger({ role: `policy-${options.pool}`, experimentId: config.experimentId });
       const { servePolicy } = await import("../../trainer-image/policy-server/serve.ts");
+      const { readSecrets } = await import("../../shared/security/secrets.ts");
+      const { policyApiKey } = readSecrets();
       const running = await servePolicy({
         config,
         pool: options.pool,
@@ -54,6 +56,7 @@ export function register(program: Command): void {
         port: options.port,
         host: options.host,
         log,
+        ...(policyApiKey ? { apiKey: policyApiKey } : {}),
       });
       process.stdout.write(
         `${JSON.stringify({ event: "listening", role: `policy-${options.pool}`, url: running.url, policyVersion: running.version() })}\n`,

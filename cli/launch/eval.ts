@@ -34,8 +34,11 @@ export interface EvalRunOptions {
   readonly controllerUrl: string;
   readonly policyUrl: string;
   readonly model?: string;
-  /** Bearer token for the policy endpoint (a hosted baseline). */
+  /** Bearer token for an external policy endpoint (a hosted baseline). */
   readonly apiKey?: string;
+  /** Bearer key for the policy server; give it only for our own servers. */
+  readonly policyApiKey?: string;
+  readonly controllerToken?: string;
   readonly label: string;
   readonly tasks: readonly EvalTask[];
   readonly split: "train" | "test";
@@ -56,8 +59,9 @@ export async function runEval(options: EvalRunOptions): Promise<EvalReport> {
     policy: {
       url: options.policyUrl,
       ...(options.model ? { model: options.model } : {}),
-      ...(options.apiKey ? { apiKey: options.apiKey } : {}),
+      ...(options.apiKey || options.policyApiKey ? { apiKey: options.apiKey ?? options.policyApiKey } : {}),
     },
+    ...(options.controllerToken ? { controllerToken: options.controllerToken } : {}),
     policyLabel: options.label,
     tasks: options.tasks,
     split: options.split,

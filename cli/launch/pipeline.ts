@@ -6,6 +6,7 @@ import type { ExperimentConfig } from "../../shared/config/index.ts";
 import { createLogger, type Logger } from "../../shared/log.ts";
 import { copyVersion, newestVersion, versionPrefix } from "../../shared/protocol/checkpoints.ts";
 import type { EvalReport, StepMetrics } from "../../shared/protocol/metrics.ts";
+import { secretEnv, withGeneratedSecrets } from "../../shared/security/secrets.ts";
 import { createTransport } from "../../shared/transport/index.ts";
 import { LocalObjectStore } from "../../shared/transport/local.ts";
 import type { ObjectStore } from "../../shared/transport/types.ts";
@@ -61,7 +62,9 @@ export async function runPipeline(options: PipelineOptions): Promise<PipelineRes
 
   const transport = await createTransport(config.transport);
   const checkpoints = transport.store("checkpoints");
-  const supervisor = new Supervisor(runDir);
+  // Every role of the run shares fresh secrets unless the environment sets them (AGENTRL_ENV_SECRET, ...).
+  const secrets = withGeneratedSecrets();
+  const supervisor = new Supervisor(runDir, { ...process.env, ...secretEnv(secrets) });
   const abort = () => void supervisor.stopAll();
   options.signal?.addEventListener("abort", abort, { once: true });
   let interrupted = false;
@@ -72,6 +75,7 @@ export async function runPipeline(options: PipelineOptions): Promise<PipelineRes
       ...(config.tasks.controllerUrl ? { controllerUrl: config.tasks.controllerUrl } : {}),
       tasks: config.tasks.mix.map((t) => ({ name: t.name, concurrency: t.concurrency })),
       workerRestarts: ROLE_RESTARTS,
+      controllerToken: secrets.controllerSecret,
     });
     const currentUrl = await startPolicyServer(supervisor, { name: "policy-current", configFile, pool: "current" });
     const cross = config.rollout.crossPolicy;
@@ -136,6 +140,8 @@ export async function runPipeline(options: PipelineOptions): Promise<PipelineRes
               runEval({
                 controllerUrl,
                 policyUrl,
+                policyApiKey: secrets.policyApiKey,
+                controllerToken: secrets.controllerSecret,
                 label: `${version === baseVersion ? `v${version} (base)` : `v${version}`}${sampling}`,
                 tasks,
                 sampling: evaluation,

@@ -13,6 +13,8 @@ export interface EnvStackOptions {
   /** Restarts of a crashed env worker (a fresh worker registers with its next heartbeat, as a
    * replaced container does; its sessions end as lost and the rollout side retries them). @default 0 */
   readonly workerRestarts?: number;
+  /** Bearer key of the controller's session API, for the readiness check. */
+  readonly controllerToken?: string;
 }
 
 /**
@@ -42,7 +44,11 @@ export async function startEnvStack(supervisor: Supervisor, options: EnvStackOpt
       maxRestarts: options.workerRestarts ?? 0,
     });
   }
-  const client = new ControllerClient({ baseUrl: controllerUrl, maxRetries: 0 });
+  const client = new ControllerClient({
+    baseUrl: controllerUrl,
+    maxRetries: 0,
+    ...(options.controllerToken ? { token: options.controllerToken } : {}),
+  });
   await supervisor.guard(
     waitFor(
       `env workers ${options.tasks.map((t) => t.name).join(", ")} to register`,

@@ -1,9 +1,10 @@
 import type { Context } from "hono";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
 import type { z } from "zod";
+import type { HttpLimitsConfig } from "../../shared/config/limits.ts";
 import { calculateOverall } from "../../shared/env/worker.ts";
 import { issuesOf, ValidationError } from "../../shared/errors.ts";
-import { createApp, HttpError, listen, type RunningServer, readJson } from "../../shared/http.ts";
+import { createApp, DEFAULT_HTTP_LIMITS, HttpError, listen, type RunningServer, readJson } from "../../shared/http.ts";
 import { createLogger, type Logger } from "../../shared/log.ts";
 import {
   CalculateOverall,
@@ -22,6 +23,8 @@ import {
   WorkerSessions,
   type WorkerState,
 } from "../../shared/protocol/envApi.ts";
+import { bearerHeader, requireBearer } from "../../shared/security/bearer.ts";
+import { checkRegistration, DEFAULT_REGISTRATION_LIMITS, type RegistrationLimits } from "./registration.ts";
 
 /**
  * The AgentRL / AgentBench FC controller: registers task workers by heartbeat, routes each new
@@ -51,6 +54,17 @@ export interface ControllerOptions {
   readonly workerTimeoutMs?: number;
   /** Timeout of cancel, get_sessions and other small calls to a worker. @default 5000 */
   readonly shortTimeoutMs?: number;
+  /**
+   * Shared secret of controller and env workers (AGENTRL_ENV_SECRET): required on heartbeats and
+   * sent on every call to a worker. Unset: heartbeats are open (local development only).
+   */
+  readonly envSecret?: string;
+  /** Bearer key required on the session API (start_sample, interact, ...; AGENTRL_CONTROLLER_SECRET). */
+  readonly controllerSecret?: string;
+  /** Caps on registrations. @default DEFAULT_REGISTRATION_LIMITS */
+  readonly registrationLimits?: Partial<RegistrationLimits>;
+  /** Body limit, header/request timeouts and connection cap of the server. @default limits.http defaults */
+  readonly httpLimits?: HttpLimitsConfig;
   readonly log?: Logger;
 }
 
@@ -107,8 +121,16 @@ export class Controller {
   private readonly workerTimeoutMs: number;
   private readonly shortTimeoutMs: number;
   private readonly log: Logger;
+  private readonly envSecret: string | undefined;
+  private readonly controllerSecret: string | undefined;
+  private readonly limits: RegistrationLimits;
+  private readonly httpLimits: HttpLimitsConfig;
 
   constructor(options: ControllerOptions = {}) {
+    this.envSecret = options.envSecret;
+    this.controllerSecret = options.controllerSecret;
+    this.limits = { ...DEFAULT_REGISTRATION_LIMITS, ...options.registrationLimits };
+    this.httpLimits = options.httpLimits ?? DEFAULT_HTTP_LIMITS;
     this.heartbeatTimeoutMs = options.heartbeatTimeoutMs ?? 11_000;
     this.forgetAfterMs = options.forgetAfterMs ?? 35_000;
     this.sessionIdleTimeoutMs = options.sessionIdleTimeoutMs ?? 240_000;
@@ -123,7 +145,14 @@ export class Controller {
 
   /** The Hono app with every controller endpoint under /api. */
   app() {
-    const app = createApp(this.log);
+    const app = createApp(this.log, this.httpLimits);
+    // Checked before any body is read: an unauthenticated call changes nothing.
+    const workerAuth = requireBearer(this.envSecret, "env workers (AGENTRL_ENV_SECRET)");
+    const callerAuth = requireBearer(
+      this.controllerSecret,
+      "rollout workers and evaluators (AGENTRL_CONTROLLER_SECRET)",
+    );
+    app.use("/api/*", (c, next) => (c.req.path === "/api/receive_heartbeat" ? workerAuth : callerAuth)(c, next));
     app.post("/api/receive_heartbeat", async (c) =>
       c.json(await this.receiveHeartbeat(await readJson(c, Heartbeat, "heartbeat"))),
     );
@@ -167,6 +196,16 @@ export class Controller {
   private async receiveHeartbeat(beat: Heartbeat): Promise<{ worker_id: number; status: WorkerState }> {
     const now = Date.now();
     let task = this.tasks.get(beat.name);
+    checkRegistration(
+      beat,
+      {
+        taskKnown: task !== undefined,
+        workerKnown: task !== undefined && [...task.workers.values()].some((w) => w.address === beat.address),
+        tasks: this.tasks.size,
+        workers: this.workerCount(),
+      },
+      this.limits,
+    );
     const others = task ? [...task.workers.values()].filter((w) => w.address !== beat.address).length : 0;
     if (task && others > 0 && !sameIndices(task.indices, beat.indices)) {
       throw new HttpError(
@@ -277,8 +316,17 @@ export class Controller {
 
   private forgetWorker(worker: WorkerRecord, why: string): void {
     this.log.warn({ workerId: worker.id, address: worker.address, why }, "worker forgotten");
-    this.tasks.get(worker.task)?.workers.delete(worker.id);
+    const task = this.tasks.get(worker.task);
+    task?.workers.delete(worker.id);
+    // A task nobody serves any more is forgotten too, so stale names and indices do not pile up.
+    if (task && task.workers.size === 0) this.tasks.delete(worker.task);
     for (const session of this.sessions.values()) if (session.worker === worker) this.dropSession(session);
+  }
+
+  private workerCount(): number {
+    let count = 0;
+    for (const task of this.tasks.values()) count += task.workers.size;
+    return count;
   }
 
   private refreshState(worker: WorkerRecord, now: number): void {
@@ -541,9 +589,14 @@ export class Controller {
       try {
         const response = await fetch(`${worker.address}/${path}`, {
           method: body === undefined ? "GET" : "POST",
-          headers: body === undefined ? undefined : { "content-type": "application/json" },
+          headers: {
+            ...(body === undefined ? {} : { "content-type": "application/json" }),
+            ...bearerHeader(this.envSecret),
+          },
           body: body === undefined ? undefined : JSON.stringify(body),
           signal: deadline,
+          // A worker address must not send us (and the secret) elsewhere: a 3xx is an error.
+          redirect: "manual",
         });
         const text = await response.text();
         return response.ok
@@ -581,7 +634,12 @@ export async function startController(
   const controller = new Controller(options);
   let server: RunningServer;
   try {
-    server = await listen(controller.app(), options.port ?? 5020, options.host ?? "127.0.0.1");
+    server = await listen(
+      controller.app(),
+      options.port ?? 5020,
+      options.host ?? "127.0.0.1",
+      options.httpLimits ?? DEFAULT_HTTP_LIMITS,
+    );
   } catch (error) {
     controller.close();
     throw error;

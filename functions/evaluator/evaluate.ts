@@ -15,8 +15,10 @@ export interface EvalTask {
 export interface EvalOptions {
   readonly controllerUrl: string;
   /** OpenAI-compatible base URL and model name of the policy under evaluation. */
-  /** `apiKey` is sent as a bearer token (hosted baselines). */
+  /** `apiKey` is sent as a bearer token (hosted baselines, or our servers' key). */
   readonly policy: { readonly url: string; readonly model?: string; readonly apiKey?: string };
+  /** Bearer key of the controller's session API (AGENTRL_CONTROLLER_SECRET), when it requires one. */
+  readonly controllerToken?: string;
   /** Label in the report (`v3`, a URL, a model name). */
   readonly policyLabel: string;
   readonly tasks: readonly EvalTask[];
@@ -128,7 +130,10 @@ export async function playEpisode(
  * Infrastructure failures are retried with a fresh session, never scored.
  */
 export async function evaluate(options: EvalOptions): Promise<EvalReport> {
-  const env = new ControllerClient({ baseUrl: options.controllerUrl });
+  const env = new ControllerClient({
+    baseUrl: options.controllerUrl,
+    ...(options.controllerToken ? { token: options.controllerToken } : {}),
+  });
   const policy = new PolicyClient(300_000);
   const endpoint: PolicyEndpoint = {
     pool: "eval",

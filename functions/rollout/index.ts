@@ -4,6 +4,7 @@ import type { ExperimentConfig } from "../../shared/config/index.ts";
 import { ControllerClient } from "../../shared/env/client.ts";
 import { AgentRlError } from "../../shared/errors.ts";
 import { newestVersion, versionPrefix } from "../../shared/protocol/checkpoints.ts";
+import { readSecrets, type Secrets } from "../../shared/security/secrets.ts";
 import type { ObjectStore, Transport } from "../../shared/transport/types.ts";
 import { PolicyPool, type PoolUrls } from "./pool.ts";
 import type { RolloutWorkerOptions } from "./worker.ts";
@@ -40,10 +41,17 @@ export async function rolloutDepsFromUrls(
   transport: Transport,
   urls: PoolUrls & { readonly controller: string },
   signal?: AbortSignal,
+  secrets: Secrets = readSecrets(),
 ): Promise<Pick<RolloutWorkerOptions, "env" | "pool" | "codec">> {
   return {
-    env: new ControllerClient({ baseUrl: urls.controller }),
-    pool: new PolicyPool(config.rollout, urls),
+    env: new ControllerClient({
+      baseUrl: urls.controller,
+      ...(secrets.controllerSecret ? { token: secrets.controllerSecret } : {}),
+    }),
+    pool: new PolicyPool(config.rollout, {
+      ...urls,
+      ...(secrets.policyApiKey ? { apiKey: secrets.policyApiKey } : {}),
+    }),
     codec: await loadCodec(transport.store("checkpoints"), undefined, signal),
   };
 }

@@ -12,6 +12,8 @@ export interface PoolUrls {
   readonly model?: string;
   /** How the current and stale servers report tokens: our own servers, or vLLM/SGLang-style engines. @default "agentrl" */
   readonly dialect?: PolicyDialect;
+  /** Bearer key of our servers (AGENTRL_POLICY_API_KEY); never sent to external endpoints. */
+  readonly apiKey?: string;
 }
 
 /** A pool member and its per-turn probability. */
@@ -33,7 +35,15 @@ export class PolicyPool {
   constructor(rollout: RolloutConfig, urls: PoolUrls) {
     const model = urls.model ?? "agentrl";
     const dialect = urls.dialect ?? "agentrl";
-    const current: PolicyEndpoint = { pool: "current", url: urls.current, model, requiresTrace: true, dialect };
+    const ours = urls.apiKey === undefined ? {} : { apiKey: urls.apiKey };
+    const current: PolicyEndpoint = {
+      pool: "current",
+      url: urls.current,
+      model,
+      requiresTrace: true,
+      dialect,
+      ...ours,
+    };
     const cross = rollout.crossPolicy;
     if (!cross.enabled) {
       this.members = [{ endpoint: current, probability: 1 }];
@@ -42,7 +52,7 @@ export class PolicyPool {
     const members: PoolMember[] = [];
     if (urls.stale && cross.staleProbability > 0)
       members.push({
-        endpoint: { pool: "stale", url: urls.stale, model, requiresTrace: true, dialect },
+        endpoint: { pool: "stale", url: urls.stale, model, requiresTrace: true, dialect, ...ours },
         probability: cross.staleProbability,
       });
     for (const external of cross.external)

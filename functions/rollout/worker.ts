@@ -129,7 +129,8 @@ export async function runRolloutWorker(
     // a redelivered request whose trajectory was stored already: announce again (the trainer dedups), no new episode
     const existing = await store.getText(key);
     if (existing !== undefined) {
-      const stored = Trajectory.safeParse(JSON.parse(existing));
+      // a corrupt stored object is not a poison message: the episode runs again and replaces it
+      const stored = Trajectory.safeParse(parseJsonOrUndefined(existing));
       if (stored.success) {
         await announce(stored.data, key);
         await requests.delete(message.receiptHandle);
@@ -263,4 +264,12 @@ export async function runRolloutWorker(
   await Promise.allSettled(active);
   log.info(counts, "rollout worker stopped");
   return { ...counts };
+}
+
+function parseJsonOrUndefined(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
 }

@@ -47,6 +47,12 @@ export interface RoleServiceProps {
    * @default - not registered in service discovery
    */
   readonly discoveryName?: string;
+  /**
+   * Secrets injected by ECS from Secrets Manager at task start (AGENTRL_ENV_SECRET, ...): the task
+   * definition holds only the secret's ARN, never its value.
+   * @default - none
+   */
+  readonly secrets?: Readonly<Record<string, ecs.Secret>>;
   /** @default - 1 */
   readonly desiredCount?: number;
   /**
@@ -113,6 +119,7 @@ export class RoleService extends Construct {
       environment: Object.fromEntries(
         Object.entries(props.environment).filter((entry): entry is [string, string] => entry[1] !== undefined),
       ),
+      ...(props.secrets ? { secrets: { ...props.secrets } } : {}),
       logging: ecs.LogDrivers.awsLogs({ streamPrefix: role, logGroup }),
       portMappings: props.port === undefined ? [] : [{ containerPort: props.port }],
       stopTimeout: Duration.seconds(60),
@@ -184,7 +191,7 @@ export class RoleService extends Construct {
         {
           id: "AwsSolutions-ECS2",
           reason:
-            "The environment holds the experiment config and resource names only (no secrets); roles parse it with zod at start.",
+            "The environment holds the experiment config and resource names only; the shared secrets come from Secrets Manager (container secrets, ARN only).",
         },
       ],
       true,

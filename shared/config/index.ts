@@ -3,13 +3,16 @@ import { parse as parseYaml } from "yaml";
 import { z } from "zod";
 import { issuesOf, ValidationError } from "../errors.ts";
 import { EvaluationConfig } from "./evaluation.ts";
+import { LimitsConfig } from "./limits.ts";
 import { PolicyConfig } from "./policy.ts";
 import { RolloutConfig } from "./rollout.ts";
+import { assertSafeConfigPath, assertSafeConfigTree } from "./safePath.ts";
 import { TasksConfig } from "./tasks.ts";
 import { TrainerConfig } from "./trainer.ts";
 import { TransportConfig } from "./transport.ts";
 
 export * from "./evaluation.ts";
+export * from "./limits.ts";
 export * from "./policy.ts";
 export * from "./rollout.ts";
 export * from "./tasks.ts";
@@ -35,6 +38,7 @@ export const ExperimentConfig = z
     rollout: RolloutConfig.prefault({}),
     trainer: TrainerConfig.prefault({}),
     evaluation: EvaluationConfig.prefault({}),
+    limits: LimitsConfig.prefault({}),
   })
   .strict()
   .superRefine((c, ctx) => {
@@ -71,6 +75,7 @@ export const ENV_OVERRIDE_PREFIX = "AGENTRL__";
 export function applyOverride(target: Record<string, unknown>, assignment: string): void {
   const eq = assignment.indexOf("=");
   if (eq <= 0) throw new ValidationError("override", [{ path: assignment, message: "expected path=value" }]);
+  assertSafeConfigPath(assignment.slice(0, eq), "override");
   const path = assignment.slice(0, eq).split(".");
   const value: unknown = parseYaml(assignment.slice(eq + 1));
   let node = target;
@@ -93,6 +98,7 @@ export function envOverrides(env: NodeJS.ProcessEnv = process.env): string[] {
 
 /** Validates a raw config object, throwing a ValidationError that names every failing field. */
 export function parseConfig(raw: unknown): ExperimentConfig {
+  assertSafeConfigTree(raw, "config");
   const result = ExperimentConfig.safeParse(raw ?? {});
   if (!result.success) throw new ValidationError("config", issuesOf(result.error));
   return result.data;
@@ -122,6 +128,7 @@ export async function loadConfig(
     }
     if (typeof raw !== "object" || Array.isArray(raw))
       throw new ValidationError("config", [{ path: "", message: `${file} must hold a mapping` }]);
+    assertSafeConfigTree(raw, "config");
   }
   const target = raw as Record<string, unknown>;
   for (const assignment of [...envOverrides(options.env), ...(options.overrides ?? [])])

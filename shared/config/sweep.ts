@@ -3,12 +3,17 @@ import { parse as parseYaml } from "yaml";
 import { z } from "zod";
 import { issuesOf, ValidationError } from "../errors.ts";
 import { type ExperimentConfig, parseConfig } from "./index.ts";
+import { assertSafeConfigTree, FORBIDDEN_CONFIG_KEYS } from "./safePath.ts";
 
 /** A config field path as users write it: `trainer.learningRate`, `tasks.mix.0.weight`. */
 const FieldPath = z
   .string()
   .regex(/^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$/, "must be a dotted config path such as trainer.learningRate")
-  .refine((path) => path !== "experimentId", "experimentId is set per grid point (<sweep name>-<index>)");
+  .refine((path) => path !== "experimentId", "experimentId is set per grid point (<sweep name>-<index>)")
+  .refine(
+    (path) => !path.split(".").some((segment) => FORBIDDEN_CONFIG_KEYS.has(segment)),
+    "__proto__, constructor and prototype are not allowed (prototype pollution)",
+  );
 
 /** EventBridge Scheduler expressions: `rate(7 days)`, `cron(0 3 ? * MON *)`, `at(2027-01-01T00:00:00)`. */
 export const ScheduleExpression = z
@@ -67,6 +72,7 @@ export interface GridPoint {
 
 /** Validates a raw sweep spec, throwing a ValidationError naming each failing field. */
 export function parseSweepSpec(raw: unknown): SweepSpec {
+  assertSafeConfigTree(raw, "sweep spec");
   const result = SweepSpec.safeParse(raw);
   if (!result.success) throw new ValidationError("sweep spec", issuesOf(result.error));
   return result.data;

@@ -10,6 +10,7 @@ import {
   StartSampleResponse,
 } from "../protocol/envApi.ts";
 import type { AssistantMessage, ChatMessage, ToolSpec } from "../protocol/openai.ts";
+import { bearerHeader } from "../security/bearer.ts";
 
 /**
  * Base of every error the controller client throws. `retryable` tells the rollout worker what to
@@ -88,6 +89,8 @@ export interface ControllerClientOptions {
   readonly backoffMs?: number;
   /** Injected fetch (tests); defaults to the global keep-alive fetch. */
   readonly fetch?: typeof fetch;
+  /** Bearer key of the controller's session API (AGENTRL_CONTROLLER_SECRET), when it requires one. */
+  readonly token?: string;
 }
 
 /** A freshly started episode: the opening messages and tool schemas to render for the model. */
@@ -133,8 +136,10 @@ export class ControllerClient {
   private readonly shortTimeoutMs: number;
   private readonly maxRetries: number;
   private readonly backoffMs: number;
+  private readonly authHeader: Record<string, string>;
 
   constructor(options: ControllerClientOptions) {
+    this.authHeader = bearerHeader(options.token);
     this.api = apiBase(options.baseUrl);
     this.fetchImpl = options.fetch ?? fetch;
     this.requestTimeoutMs = options.requestTimeoutMs ?? 120_000;
@@ -231,7 +236,7 @@ export class ControllerClient {
       const result: Attempt = await this.fetchImpl(url, {
         method: init.method,
         body: init.body,
-        headers: { "content-type": "application/json", ...init.headers },
+        headers: { "content-type": "application/json", ...this.authHeader, ...init.headers },
         signal,
       }).then(
         (response) => ({ ok: true as const, response }),

@@ -12,6 +12,21 @@ export function toolSpecs(task: TaskDefinition): ToolSpec[] {
   });
 }
 
+/** Episode limits a caller cannot pass (ServeTaskOptions.episodeLimits). */
+export interface EpisodeLimits {
+  /** Tool calls one assistant turn may make; a turn with more runs none (`agent invalid action`). @default 8 */
+  readonly maxToolCallsPerTurn: number;
+  /** Characters of a tool name or argument text echoed back in an error; the rest is counted. @default 200 */
+  readonly maxEchoChars: number;
+}
+
+export const DEFAULT_EPISODE_LIMITS: EpisodeLimits = { maxToolCallsPerTurn: 8, maxEchoChars: 200 };
+
+/** `text` cut to `max` characters with a note of how much was left out (never echo a caller's megabytes back). */
+export function capEcho(text: string, max: number): string {
+  return text.length <= max ? text : `${text.slice(0, max)}… (${text.length - max} more characters)`;
+}
+
 export interface TurnResult {
   /** Only the new messages (tool results, or a user note when the turn had no tool call). */
   readonly messages: ChatMessage[];
@@ -38,6 +53,7 @@ export class EpisodeSession {
   constructor(
     readonly task: TaskDefinition,
     private readonly episode: Episode,
+    private readonly limits: EpisodeLimits = DEFAULT_EPISODE_LIMITS,
   ) {}
 
   get finished(): boolean {
@@ -67,17 +83,29 @@ export class EpisodeSession {
       await this.end("agent validation failed");
       return this.result(out);
     }
+    if (calls.length > this.limits.maxToolCallsPerTurn) {
+      const first = calls[0];
+      out.push({
+        role: "tool",
+        tool_call_id: first?.id ?? "",
+        name: capEcho(first?.function.name ?? "", this.limits.maxEchoChars),
+        content: `Error: ${calls.length} tool calls in one turn; at most ${this.limits.maxToolCallsPerTurn} are allowed. None was run.`,
+      });
+      await this.end("agent invalid action");
+      return this.result(out);
+    }
+    const echo = (text: string) => capEcho(text, this.limits.maxEchoChars);
     for (const call of calls) {
       const reply = (content: string): ToolMessage => ({
         role: "tool",
         tool_call_id: call.id,
-        name: call.function.name,
+        name: echo(call.function.name),
         content,
       });
       const tool = this.task.tools.find((t) => t.name === call.function.name);
       if (!tool) {
         const allowed = this.task.tools.map((t) => t.name).join(", ");
-        out.push(reply(`Error: unknown tool "${call.function.name}". Available tools: ${allowed}.`));
+        out.push(reply(`Error: unknown tool "${echo(call.function.name)}". Available tools: ${allowed}.`));
         await this.end("agent invalid action");
         break;
       }
@@ -85,14 +113,14 @@ export class EpisodeSession {
       try {
         rawArgs = call.function.arguments.trim() === "" ? {} : JSON.parse(call.function.arguments);
       } catch {
-        out.push(reply(`Error: the arguments of ${tool.name} are not valid JSON: ${call.function.arguments}`));
+        out.push(reply(`Error: the arguments of ${tool.name} are not valid JSON: ${echo(call.function.arguments)}`));
         await this.end("agent validation failed");
         break;
       }
       const parsed = tool.parameters.safeParse(rawArgs);
       if (!parsed.success) {
         const why = parsed.error.issues.map((i) => `${formatPath(i.path) || "arguments"}: ${i.message}`).join("; ");
-        out.push(reply(`Error: invalid arguments for ${tool.name}: ${why}`));
+        out.push(reply(`Error: invalid arguments for ${tool.name}: ${echo(why)}`));
         await this.end("agent validation failed");
         break;
       }

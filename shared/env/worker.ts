@@ -1,6 +1,7 @@
 import type { Context } from "hono";
 import type { z } from "zod";
-import { createApp, HttpError, listen, readJson } from "../http.ts";
+import type { HttpLimitsConfig } from "../config/limits.ts";
+import { createApp, DEFAULT_HTTP_LIMITS, HttpError, listen, readJson } from "../http.ts";
 import { createLogger, type Logger } from "../log.ts";
 import {
   CalculateOverall,
@@ -16,6 +17,7 @@ import {
   type WorkerStatusResponse,
 } from "../protocol/envApi.ts";
 import type { ToolSpec } from "../protocol/openai.ts";
+import { bearerHeader, requireBearer } from "../security/bearer.ts";
 import { EpisodeSession, toolSpecs } from "./session.ts";
 import type { TaskDefinition, TaskModule } from "./task.ts";
 
@@ -34,6 +36,13 @@ export interface ServeTaskOptions {
   readonly heartbeatMs?: number;
   /** Address announced to the controller (must end in `/api`). @default `<listen url>/api` */
   readonly address?: string;
+  /**
+   * Shared secret with the controller (AGENTRL_ENV_SECRET): sent on heartbeats and required on
+   * every worker endpoint (401 without it). Unset: the worker is open (local development only).
+   */
+  readonly envSecret?: string;
+  /** Body limit, header/request timeouts and connection cap of the server. @default limits.http defaults */
+  readonly httpLimits?: HttpLimitsConfig;
   readonly log?: Logger;
 }
 
@@ -75,6 +84,8 @@ export class TaskWorker {
     readonly concurrency: number,
     private readonly idleTimeoutMs: number,
     private readonly log: Logger,
+    private readonly envSecret?: string,
+    private readonly httpLimits: HttpLimitsConfig = DEFAULT_HTTP_LIMITS,
   ) {
     if (!Number.isInteger(concurrency) || concurrency < 1)
       throw new RangeError(`concurrency must be >= 1, got ${concurrency}`);
@@ -94,7 +105,8 @@ export class TaskWorker {
 
   /** The Hono app serving the worker endpoints under /api. */
   app() {
-    const app = createApp(this.log);
+    const app = createApp(this.log, this.httpLimits);
+    app.use("/api/*", requireBearer(this.envSecret, "the controller (AGENTRL_ENV_SECRET)"));
     app.post("/api/start_sample", async (c) =>
       this.startSample(c, await readJson(c, WorkerStartSample, "start_sample body")),
     );
@@ -245,8 +257,20 @@ export async function serveTask(
 ): Promise<RunningWorker> {
   const task = "task" in source ? source.task : source;
   const log = options.log ?? createLogger({ role: "env-worker", task: task.name });
-  const worker = new TaskWorker(task, options.concurrency ?? 32, options.idleTimeoutMs ?? 240_000, log);
-  const server = await listen(worker.app(), options.port ?? 0, options.host ?? "127.0.0.1");
+  const worker = new TaskWorker(
+    task,
+    options.concurrency ?? 32,
+    options.idleTimeoutMs ?? 240_000,
+    log,
+    options.envSecret,
+    options.httpLimits,
+  );
+  const server = await listen(
+    worker.app(),
+    options.port ?? 0,
+    options.host ?? "127.0.0.1",
+    options.httpLimits ?? DEFAULT_HTTP_LIMITS,
+  );
   const address = (options.address ?? `${server.url}/api`).replace(/\/+$/, "");
   const heartbeatUrl = options.controllerUrl ? `${controllerApi(options.controllerUrl)}/receive_heartbeat` : undefined;
   let failures = 0;
@@ -256,8 +280,9 @@ export async function serveTask(
     try {
       const response = await fetch(heartbeatUrl, {
         method: "POST",
-        headers: { "content-type": "application/json" },
+        headers: { "content-type": "application/json", ...bearerHeader(options.envSecret) },
         body: JSON.stringify(worker.heartbeatBody(address)),
+        redirect: "manual",
         signal: AbortSignal.timeout(Math.max(5_000, options.heartbeatMs ?? 8_000)),
       });
       if (!response.ok) throw new Error(`HTTP ${response.status}: ${(await response.text()).slice(0, 300)}`);

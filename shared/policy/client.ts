@@ -7,6 +7,7 @@ import {
   type GenerationTrace,
   type ToolSpec,
 } from "../../shared/protocol/openai.ts";
+import { bearerHeader } from "../security/bearer.ts";
 import { DialectError, type PolicyDialect, traceFromVllmAnswer } from "./dialect.ts";
 
 /**
@@ -44,7 +45,7 @@ export interface PolicyEndpoint {
   readonly requiresTrace: boolean;
   /** How the endpoint reports token ids and log-probs (see PolicyDialect). @default "agentrl" */
   readonly dialect?: PolicyDialect;
-  /** Sent as `Authorization: Bearer <key>` (hosted OpenAI-compatible APIs). */
+  /** Sent as `authorization: Bearer <apiKey>` (our servers' AGENTRL_POLICY_API_KEY, or an external endpoint's key). */
   readonly apiKey?: string;
 }
 
@@ -107,10 +108,7 @@ export class PolicyClient {
     try {
       response = await this.fetchImpl(url, {
         method: "POST",
-        headers: {
-          "content-type": "application/json",
-          ...(endpoint.apiKey ? { authorization: `Bearer ${endpoint.apiKey}` } : {}),
-        },
+        headers: { "content-type": "application/json", ...bearerHeader(endpoint.apiKey) },
         body: JSON.stringify(body),
         signal: signal ? AbortSignal.any([signal, timeout]) : timeout,
       });

@@ -58,7 +58,8 @@ export const WorkerCancel = z.object({ session_id: z.number().int() });
 /** POST /api/receive_heartbeat, sent by workers every few seconds. */
 export const Heartbeat = z.object({
   name: z.string().min(1),
-  address: z.string().url(),
+  /** Where the controller calls the worker back; http(s) only. */
+  address: z.url({ protocol: /^https?$/, error: "must be an http(s) URL" }),
   concurrency: z.number().int().positive(),
   indices: z.array(z.number().int().nonnegative()),
 });

@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { assertValidObjectKey, assertValidPrefix } from "../transport/validate.ts";
 import { SampleStatus } from "./envApi.ts";
 import { ChatMessage, ToolSpec } from "./openai.ts";
 
@@ -8,7 +9,36 @@ import { ChatMessage, ToolSpec } from "./openai.ts";
  * big payloads live in the object store and events carry their keys.
  */
 
-const id = z.string().min(1).max(256);
+/**
+ * Ids become object-key segments (`trajectories/<experimentId>/<groupId>/<trajectoryId>.json`),
+ * so they are single safe segments: no '/', no '..', nothing a store could read as a path.
+ */
+const id = z
+  .string()
+  .min(1)
+  .max(256)
+  .regex(/^[A-Za-z0-9][A-Za-z0-9._:=+@-]*$/, "letters, digits and . _ : = + @ - only, starting with a letter or digit");
+
+/** A key in an object store, checked as the stores check it (a bad key is a bad message, not a crash). */
+export const ObjectKey = z.string().superRefine((key, ctx) => {
+  try {
+    assertValidObjectKey(key);
+  } catch (error) {
+    ctx.addIssue({ code: "custom", message: (error as Error).message });
+  }
+});
+
+/** A key prefix (`policies/v3/`), checked as the stores check prefixes. */
+const ObjectPrefix = z
+  .string()
+  .min(1)
+  .superRefine((prefix, ctx) => {
+    try {
+      assertValidPrefix(prefix);
+    } catch (error) {
+      ctx.addIssue({ code: "custom", message: (error as Error).message });
+    }
+  });
 
 /** feeder -> rollout-requests queue -> rollout worker */
 export const RolloutRequest = z.object({
@@ -90,7 +120,7 @@ export const TrajectoryReady = z.object({
   groupId: id,
   groupSize: z.number().int().positive(),
   task: z.string().min(1),
-  key: z.string().min(1),
+  key: ObjectKey,
   tokens: z.number().int().nonnegative(),
   reward: z.number(),
   status: SampleStatus,
@@ -128,7 +158,8 @@ export const PolicyPublished = z.object({
   schemaVersion: z.literal(1),
   experimentId: id,
   version: z.number().int().nonnegative(),
-  key: z.string().min(1),
+  /** The version's folder, `policies/vN/`. */
+  key: ObjectPrefix,
   step: z.number().int().nonnegative(),
   createdAt: z.string(),
 });

@@ -128,6 +128,10 @@ interface InjectedFaults {
  * SIGKILLs the trainer and the rollout worker. (Waiting for the rerun to be stored races the run's
  * end: the trainer can finish its steps on other groups first.)
  */
+/** runPipeline takes the controller's session-API key from the environment (else it generates one). */
+const CONTROLLER_SECRET = "e2e-controller-secret-0123456789";
+process.env.AGENTRL_CONTROLLER_SECRET = CONTROLLER_SECRET;
+
 async function injectFaults(runDir: string): Promise<InjectedFaults> {
   await waitFor(
     () =>
@@ -139,10 +143,11 @@ async function injectFaults(runDir: string): Promise<InjectedFaults> {
   const controllerUrl = logRecords(runDir, "controller").find((r) => r.event === "listening")?.url as string;
   await waitFor(
     async () => {
-      const sessions = (await (await fetch(`${controllerUrl}/api/list_sessions`)).json()) as Record<
-        string,
-        { name: string }
-      >;
+      const sessions = (await (
+        await fetch(`${controllerUrl}/api/list_sessions`, {
+          headers: { authorization: `Bearer ${CONTROLLER_SECRET}` },
+        })
+      ).json()) as Record<string, { name: string }>;
       return Object.values(sessions).some((session) => session.name === "db");
     },
     120_000,

@@ -202,6 +202,34 @@ describe("compute stack", () => {
     }
   });
 
+  it("injects the shared secrets from Secrets Manager by ARN: no secret value or secret variable in any template", () => {
+    const resources = templates.compute.toJSON().Resources as Record<string, Resource>;
+    const secrets = Object.entries(resources).filter(([, r]) => r.Type === "AWS::SecretsManager::Secret");
+    expect(secrets).toHaveLength(3);
+    for (const [, secret] of secrets) {
+      expect(secret.Properties.GenerateSecretString).toBeDefined();
+      expect(secret.Properties.SecretString).toBeUndefined();
+    }
+    const expected: Record<string, string[]> = {
+      controller: ["AGENTRL_CONTROLLER_SECRET", "AGENTRL_ENV_SECRET"],
+      "env:db": ["AGENTRL_ENV_SECRET"],
+      "policy:current": ["AGENTRL_POLICY_API_KEY"],
+      rollout: ["AGENTRL_CONTROLLER_SECRET", "AGENTRL_POLICY_API_KEY"],
+      trainer: [],
+    };
+    const roles = taskDefinitionsByRole(templates.compute);
+    for (const [key, names] of Object.entries(expected)) {
+      const container = roles.get(key)?.container as ContainerDefinition & {
+        Secrets?: Array<{ Name: string; ValueFrom: unknown }>;
+      };
+      expect((container.Secrets ?? []).map((x) => x.Name).sort(), key).toEqual(names);
+      for (const entry of container.Secrets ?? []) expect(JSON.stringify(entry.ValueFrom)).toMatch(/Ref/);
+      expect(container.Environment?.map((e) => e.Name).filter((n) => /SECRET|API_KEY/.test(n))).toEqual([]);
+    }
+    for (const template of Object.values(templates))
+      expect(JSON.stringify(template.toJSON())).not.toMatch(/"SecretString"|AGENTRL_ENV_SECRET=/);
+  });
+
   it("puts the trainer and both policy servers on the GPU capacity provider with one GPU each", () => {
     const roles = taskDefinitionsByRole(templates.compute);
     const taskDefinitions = templates.compute.toJSON().Resources as Record<string, Resource>;

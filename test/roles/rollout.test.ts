@@ -267,6 +267,23 @@ describe("rollout worker with the example task, a real controller and a fake pol
     expect(reasons).toMatch(/experimentId: "other" is not this role's experiment/);
   });
 
+  it("poison requests: a path-like groupId dead-letters naming the field; a corrupt stored trajectory is re-run", async () => {
+    const config = configOf();
+    const requests = transport.queue("rollout-requests");
+    const [good] = requestsFor(config, 1);
+    if (!good) throw new Error("no request planned");
+    await transport
+      .store("trajectories")
+      .put(trajectoryKey(good.experimentId, good.groupId, trajectoryIdOf(good)), "{");
+    await requests.sendBatch([JSON.stringify({ ...good, groupId: "../../etc" }), JSON.stringify(good)]);
+    const { ready, summary } = await runUntil(config, 1, {
+      until: async () => (await requests.deadLetters()).length === 1,
+    });
+    expect(summary).toMatchObject({ done: 1, duplicates: 0 });
+    expect((await stored(ready[0]?.key ?? "")).trajectoryId).toBe(trajectoryIdOf(good));
+    expect((await requests.deadLetters())[0]?.reason).toMatch(/groupId: letters, digits/);
+  });
+
   it("a redelivered request whose trajectory exists is re-announced, not re-run", async () => {
     const config = configOf();
     const [request] = requestsFor(config, 1);

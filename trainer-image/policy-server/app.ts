@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
 import type { Hono } from "hono";
 import type { ChatCodec } from "../../shared/chat/index.ts";
+import { LimitsConfig } from "../../shared/config/limits.ts";
 import { ValidationError } from "../../shared/errors.ts";
 import { createApp, HttpError, readJson } from "../../shared/http.ts";
 import type { Logger } from "../../shared/log.ts";
@@ -13,6 +14,7 @@ import {
   UpdateWeightsFromDiskRequest,
   type UpdateWeightsFromDiskResponse,
 } from "../../shared/protocol/openai.ts";
+import { requireBearer } from "../../shared/security/bearer.ts";
 import type { Pool } from "./follower.ts";
 import { BatchScheduler, GenerationError, type GenerationResult } from "./scheduler.ts";
 
@@ -28,6 +30,10 @@ export interface PolicyServerOptions {
   readonly pool?: Pool;
   /** Loads a Hugging Face folder as `version`: enables SGLang's `POST /update_weights_from_disk`. */
   readonly loadWeights?: (modelPath: string, version: number) => Promise<InferencePolicy>;
+  /** Bearer key required on /v1/* and /stats (AGENTRL_POLICY_API_KEY); /health stays open for load balancers. */
+  readonly apiKey?: string;
+  /** HTTP limits, queued-sequence cap and per-request deadline. @default the `limits` config defaults */
+  readonly limits?: LimitsConfig;
 }
 
 /** A policy server: the HTTP app plus the scheduler and the hook that swaps weights. */
@@ -61,7 +67,14 @@ export function createPolicyServer(options: PolicyServerOptions): PolicyServer {
   const scheduler = new BatchScheduler(decoder, { stopTokenIds: codec.stopTokenIds, contextLength, log });
   const startedAt = Math.floor(Date.now() / 1000);
 
-  const app = createApp(log);
+  const limits = options.limits ?? LimitsConfig.parse({});
+  const app = createApp(log, limits.http);
+  // No token covers more UTF-16 units than its UTF-8 bytes, so text/maxTokenBytes bounds the
+  // prompt's token count from below: a prompt that cannot fit is refused before tokenizing it.
+  const maxTokenBytes = longestTokenBytes(codec);
+  const auth = requireBearer(options.apiKey, "policy clients (AGENTRL_POLICY_API_KEY)");
+  app.use("/v1/*", auth);
+  app.use("/stats", auth);
 
   app.get("/health", (c) =>
     c.json({ status: "ok", pool, policyVersion: scheduler.policyVersion, ...pick(scheduler.stats()) }),
@@ -113,6 +126,24 @@ export function createPolicyServer(options: PolicyServerOptions): PolicyServer {
 
   app.post("/v1/chat/completions", async (c) => {
     const request = await readJson(c, ChatCompletionRequest, "chat completion request");
+    if (!request.agentrl) {
+      const atLeast = Math.ceil(promptTextLength(request) / maxTokenBytes);
+      if (atLeast >= contextLength)
+        throw new ValidationError("chat completion request", [
+          {
+            path: "messages",
+            message: `the prompt is at least ${atLeast} tokens but the context window is ${contextLength} tokens; shorten the conversation`,
+          },
+        ]);
+    }
+    const { queued, active } = scheduler.stats();
+    if (queued + request.n > limits.policy.maxQueuedSequences) {
+      c.header("retry-after", String(Math.max(1, Math.ceil(queued / Math.max(1, options.maxBatch)))));
+      throw new HttpError(
+        429,
+        `${queued} sequences are queued (${active} decoding); the cap is ${limits.policy.maxQueuedSequences} (limits.policy.maxQueuedSequences): retry later`,
+      );
+    }
     const prompt = request.agentrl?.prompt_token_ids ?? codec.promptTokens(request.messages, request.tools);
     const badId = prompt.findIndex((id) => id >= vocabSize);
     if (badId >= 0)
@@ -132,7 +163,8 @@ export function createPolicyServer(options: PolicyServerOptions): PolicyServer {
     const room = contextLength - prompt.length;
     const maxTokens = Math.min(request.max_tokens ?? room, room);
     const baseSeed = request.seed ?? Math.floor(Math.random() * 2 ** 32);
-    const signal = c.req.raw.signal;
+    const deadline = AbortSignal.timeout(limits.policy.requestDeadlineSeconds * 1000);
+    const signal = AbortSignal.any([c.req.raw.signal, deadline]);
     const results = await Promise.all(
       Array.from({ length: request.n }, (_, i) =>
         scheduler.generate({
@@ -146,6 +178,11 @@ export function createPolicyServer(options: PolicyServerOptions): PolicyServer {
       ),
     ).catch((error: unknown) => {
       // Shutdown or a failed decode step: the request cannot be served now, the server lives on.
+      if (error instanceof GenerationError && deadline.aborted)
+        throw new HttpError(
+          504,
+          `the request ran past its deadline of ${limits.policy.requestDeadlineSeconds} s (limits.policy.requestDeadlineSeconds)`,
+        );
       if (error instanceof GenerationError) throw new HttpError(503, error.message);
       throw error;
     });
@@ -230,6 +267,23 @@ export function createPolicyServer(options: PolicyServerOptions): PolicyServer {
       current.dispose();
     },
   };
+}
+
+/** Characters the template will tokenize from the request's own text (messages, tool calls, tool specs). */
+function promptTextLength(request: ChatCompletionRequest): number {
+  let length = 0;
+  for (const message of request.messages) {
+    length += message.content?.length ?? 0;
+    if (message.role === "assistant")
+      for (const call of message.tool_calls ?? []) length += call.function.name.length + call.function.arguments.length;
+  }
+  return length;
+}
+
+function longestTokenBytes(codec: ChatCodec): number {
+  let longest = 1;
+  for (let id = 0; id < codec.tokenizer.size; id++) longest = Math.max(longest, codec.tokenizer.tokenBytes(id).length);
+  return longest;
 }
 
 function pick(stats: ReturnType<BatchScheduler["stats"]>): { active: number; queued: number } {

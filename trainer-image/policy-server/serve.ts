@@ -27,6 +27,8 @@ export interface ServePolicyOptions {
   readonly follow?: boolean;
   /** Checkpoint store to follow; @default the experiment transport's `checkpoints` store. */
   readonly store?: ObjectStore;
+  /** Bearer key required on /v1/* and /stats (AGENTRL_POLICY_API_KEY, like vLLM's --api-key). */
+  readonly apiKey?: string;
 }
 
 export interface RunningPolicyServer {
@@ -130,6 +132,8 @@ export async function servePolicy(options: ServePolicyOptions): Promise<RunningP
     maxBatch: config.policy.maxBatch,
     pool,
     loadWeights: loadHfPolicy,
+    limits: config.limits,
+    ...(options.apiKey ? { apiKey: options.apiKey } : {}),
   });
 
   const source: PolicySource = {
@@ -146,7 +150,7 @@ export async function servePolicy(options: ServePolicyOptions): Promise<RunningP
     log,
   });
   if (options.follow ?? true) follower.start();
-  const http = await listen(server.app, options.port, options.host ?? "127.0.0.1");
+  const http = await listen(server.app, options.port, options.host ?? "127.0.0.1", config.limits.http);
   log.info({ url: http.url, pool, policyVersion: first, staleEvery }, "policy server listening");
   return {
     url: http.url,

@@ -13,6 +13,7 @@ import type { ReceivedMessage, Transport } from "../../shared/transport/types.ts
 import { prepareBatch } from "./batch.ts";
 import { type BufferedGroup, entriesOf, GroupBuffer, groupsNeeded } from "./buffer.ts";
 import { addTotals, type Ledger, readLedger } from "./ledger.ts";
+import { PoisonedTrajectories } from "./load.ts";
 import { lossRows, trainOnRows } from "./loss.ts";
 import { logpGap, type StepCounts, stepMetrics, stepTotals } from "./metrics.ts";
 import { publishVersion } from "./publish.ts";
@@ -161,6 +162,7 @@ export async function runTrainer(
       await inbox.fail(message.receiptHandle, describeError(error));
       return;
     }
+    if (await poisoned.refail(event.trajectoryId, message.receiptHandle)) return;
     if (consumed.has(event.trajectoryId)) {
       // already trained (or dropped): acknowledge once the ledger holding it is published
       counters.duplicates += 1;
@@ -181,22 +183,8 @@ export async function runTrainer(
       await inbox.changeVisibility(receipt, visibility).catch(() => {});
   };
 
-  const loadTrajectories = async (groups: readonly BufferedGroup[]) => {
-    const out: Trajectory[] = [];
-    let missing = 0;
-    for (const group of groups)
-      for (const member of group.members.values()) {
-        const text = await trajectoryStore.getText(member.ready.key);
-        const parsed = text === undefined ? undefined : Trajectory.safeParse(safeJson(text));
-        if (!parsed?.success || parsed.data.trajectoryId !== member.ready.trajectoryId) {
-          missing += 1;
-          log.warn({ key: member.ready.key }, "trajectory missing or invalid; counted and skipped");
-          continue;
-        }
-        out.push(parsed.data);
-      }
-    return { trajectories: out, missing };
-  };
+  const poisoned = new PoisonedTrajectories(inbox, log);
+  const loadTrajectories = (groups: readonly BufferedGroup[]) => poisoned.loadGroups(trajectoryStore, groups);
 
   /** Marks the step's groups consumed; their messages are acknowledged once a version holding them is published. */
   const consume = (groups: readonly BufferedGroup[]): void => {
@@ -361,12 +349,4 @@ export async function runTrainer(
   }
   log.info({ step, version, totals }, "trainer stopped");
   return { stepsThisRun, step, version, totals };
-}
-
-function safeJson(text: string): unknown {
-  try {
-    return JSON.parse(text);
-  } catch {
-    return undefined;
-  }
 }
