@@ -1,4 +1,5 @@
 import { CHECKPOINT_PREFIX } from "../protocol/checkpoints.ts";
+import { STEP_RECORD_PREFIX } from "../protocol/stepRecord.ts";
 import type { QueueName, StoreName } from "../transport/types.ts";
 import type { ContainerRole } from "./containerEnv.ts";
 
@@ -43,6 +44,8 @@ export const KEY_PREFIXES = {
   policies: CHECKPOINT_PREFIX,
   /** sweeps/<name>/<point>/: a deployed sweep's run folders (infra narrows it to the sweep's name). */
   sweeps: "sweeps/",
+  /** steps/<experimentId>/step-N.json: the trainer's per-step record that `agentrl view` shows. */
+  stepRecords: STEP_RECORD_PREFIX,
 } as const;
 
 /**
@@ -63,6 +66,7 @@ export const ROLE_ACCESS: Readonly<Record<ContainerRole, RoleAccess>> = {
     queues: { trajectories: ["consume"], "policy-events": ["produce"] },
     stores: [
       { store: "trajectories", prefix: KEY_PREFIXES.trajectories, use: ["read"] },
+      { store: "trajectories", prefix: KEY_PREFIXES.stepRecords, use: ["write"] },
       { store: "checkpoints", prefix: KEY_PREFIXES.policies, use: ["read", "write"] },
     ],
   },

@@ -259,8 +259,8 @@ describe("viewer in Chromium", () => {
   it("draws the report's charts with uPlot and no console error", async () => {
     const page = await open("/report");
     await page.waitForSelector("body[data-charts-drawn]");
-    expect(await page.$eval("body", (b) => b.getAttribute("data-charts-drawn"))).toBe("5");
-    expect(await page.$$eval(".chart canvas", (c) => c.length)).toBe(5);
+    expect(await page.$eval("body", (b) => b.getAttribute("data-charts-drawn"))).toBe("6");
+    expect(await page.$$eval(".chart canvas", (c) => c.length)).toBe(6);
     // x ticks of the step charts are whole steps
     const ticks = await page.$eval("#chart-success", (el) => el.textContent ?? "");
     expect(ticks).toContain("trainer step");

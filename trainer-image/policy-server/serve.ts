@@ -107,13 +107,14 @@ export async function servePolicy(options: ServePolicyOptions): Promise<RunningP
   const staleEvery = options.staleEvery ?? config.rollout.crossPolicy.staleEvery;
   const transport = options.store ? undefined : await createRoleTransport(config.transport, "policy");
   const store = options.store ?? (transport?.store("checkpoints") as ObjectStore);
+  // before resolving: a Hugging Face folder named by policy.init is imported into TF.js tensors
+  const backend = await initBackend(config.policy.backend);
   const starting = await resolveStartingPolicy(config, store, pool, staleEvery);
   const first = starting.version;
   log.info(
     { policyVersion: first, source: starting.source, pool, follow: options.follow ?? true },
     `serving policy v${first} from ${starting.source}${(options.follow ?? true) ? ", following the checkpoint store" : " (pinned)"}`,
   );
-  const backend = await initBackend(config.policy.backend);
   log.info({ backend }, "tf.js backend ready");
   const loaded = await loadCheckpoint(starting.store, first);
   // An imported model keeps its own chat template (hf.json); otherwise the project's.

@@ -5,7 +5,7 @@ import { initBackend } from "../../shared/model/backend.ts";
 import { loadCheckpoint } from "../../shared/model/checkpoint.ts";
 import type { TransformerPolicy } from "../../shared/model/transformer.ts";
 import { parseExperimentMessage } from "../../shared/protocol/envelope.ts";
-import { Trajectory, TrajectoryEvent } from "../../shared/protocol/messages.ts";
+import { TrajectoryEvent } from "../../shared/protocol/messages.ts";
 import type { StepMetrics } from "../../shared/protocol/metrics.ts";
 import type { PpoParams } from "../../shared/rl/ppo.ts";
 import { sleep } from "../../shared/sleep.ts";
@@ -153,6 +153,10 @@ export async function runTrainer(
 
   const counters = { duplicates: 0, rejected: 0 };
   const abandoned: BufferedGroup[] = [];
+  // a trajectory that cannot be loaded fails its own message (to the DLQ), never the trainer
+  const poisoned = new PoisonedTrajectories(inbox, log);
+  const loadTrajectories = (groups: readonly BufferedGroup[]) => poisoned.loadGroups(trajectoryStore, groups);
+
   const receiveOne = async (message: ReceivedMessage): Promise<void> => {
     let event: TrajectoryEvent;
     try {
@@ -182,9 +186,6 @@ export async function runTrainer(
     for (const receipt of [...buffer.receipts(), ...waiting, ...pendingAcks])
       await inbox.changeVisibility(receipt, visibility).catch(() => {});
   };
-
-  const poisoned = new PoisonedTrajectories(inbox, log);
-  const loadTrajectories = (groups: readonly BufferedGroup[]) => poisoned.loadGroups(trajectoryStore, groups);
 
   /** Marks the step's groups consumed; their messages are acknowledged once a version holding them is published. */
   const consume = (groups: readonly BufferedGroup[]): void => {
