@@ -1,54 +1,15 @@
-import type { ObjectInfo, ObjectStore } from "../../shared/transport/types.ts";
+import { MemoryObjectStore } from "../../shared/transport/memory.ts";
 
-/** A tiny in-memory ObjectStore for model tests; `failOn` makes puts of matching keys throw (a crash mid-save). */
-export class MemoryStore implements ObjectStore {
-  readonly objects = new Map<string, { body: Uint8Array; lastModified: Date }>();
+/** The in-memory ObjectStore with a write log; `failOn` makes puts of matching keys throw (a crash mid-save). */
+export class MemoryStore extends MemoryObjectStore {
   /** Keys in the order they were written. */
   readonly writes: string[] = [];
   failOn: RegExp | undefined;
 
-  async put(key: string, body: Uint8Array | string): Promise<void> {
+  override async put(key: string, body: Uint8Array | string): Promise<void> {
     if (this.failOn?.test(key)) throw new Error(`simulated crash writing ${key}`);
-    this.objects.set(key, {
-      body: typeof body === "string" ? new TextEncoder().encode(body) : Uint8Array.from(body),
-      lastModified: new Date(),
-    });
+    await super.put(key, body);
     this.writes.push(key);
-  }
-
-  async putIfAbsent(key: string, body: Uint8Array | string): Promise<boolean> {
-    if (this.objects.has(key)) return false;
-    await this.put(key, body);
-    return true;
-  }
-
-  async get(key: string): Promise<Uint8Array | undefined> {
-    return this.objects.get(key)?.body;
-  }
-
-  async getText(key: string): Promise<string | undefined> {
-    const body = this.objects.get(key)?.body;
-    return body && new TextDecoder().decode(body);
-  }
-
-  async head(key: string): Promise<ObjectInfo | undefined> {
-    const o = this.objects.get(key);
-    return o && { key, size: o.body.length, lastModified: o.lastModified };
-  }
-
-  async list(prefix: string): Promise<ObjectInfo[]> {
-    return [...this.objects.keys()]
-      .filter((k) => k.startsWith(prefix))
-      .sort()
-      .map((key) => ({
-        key,
-        size: this.objects.get(key)!.body.length,
-        lastModified: this.objects.get(key)!.lastModified,
-      }));
-  }
-
-  async delete(key: string): Promise<void> {
-    this.objects.delete(key);
   }
 }
 

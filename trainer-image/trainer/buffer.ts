@@ -47,12 +47,7 @@ export class GroupBuffer {
   /** Adds one delivery; returns whether it was a new member or a redelivery of a buffered one. */
   add(ready: TrajectoryReady, receiptHandle: string, now = Date.now()): "added" | "redelivered" {
     const group = this.groupOf(ready.groupId, ready.groupSize, now);
-    const existing = group.members.get(ready.trajectoryId) ?? group.dropped.get(ready.trajectoryId);
-    if (existing) {
-      existing.olderReceipts.push(existing.receiptHandle);
-      existing.receiptHandle = receiptHandle;
-      return "redelivered";
-    }
+    if (redelivered(group, ready.trajectoryId, receiptHandle)) return "redelivered";
     group.members.set(ready.trajectoryId, { ready, receiptHandle, olderReceipts: [] });
     return "added";
   }
@@ -60,12 +55,7 @@ export class GroupBuffer {
   /** Records a member that has no trajectory; a member already present (either way) is a redelivery. */
   drop(dropped: MemberDropped, receiptHandle: string, now = Date.now()): "added" | "redelivered" {
     const group = this.groupOf(dropped.groupId, dropped.groupSize, now);
-    const existing = group.members.get(dropped.trajectoryId) ?? group.dropped.get(dropped.trajectoryId);
-    if (existing) {
-      existing.olderReceipts.push(existing.receiptHandle);
-      existing.receiptHandle = receiptHandle;
-      return "redelivered";
-    }
+    if (redelivered(group, dropped.trajectoryId, receiptHandle)) return "redelivered";
     group.dropped.set(dropped.trajectoryId, { dropped, receiptHandle, olderReceipts: [] });
     return "added";
   }
@@ -119,4 +109,13 @@ function arrived(group: BufferedGroup): number {
 /** Every buffered delivery of a group: trajectories and drops. */
 export function entriesOf(group: BufferedGroup): Array<BufferedTrajectory | BufferedDrop> {
   return [...group.members.values(), ...group.dropped.values()];
+}
+
+/** A member already buffered (either way) takes the new receipt and keeps the old one for deletion. */
+function redelivered(group: BufferedGroup, trajectoryId: string, receiptHandle: string): boolean {
+  const existing = group.members.get(trajectoryId) ?? group.dropped.get(trajectoryId);
+  if (!existing) return false;
+  existing.olderReceipts.push(existing.receiptHandle);
+  existing.receiptHandle = receiptHandle;
+  return true;
 }
