@@ -82,7 +82,7 @@ export function modelConfigFromHf(json: unknown): ImportedHfConfig {
   if (!(HF_ARCHITECTURES as readonly string[]).includes(architecture))
     unsupported(
       "architectures",
-      `${architecture} is not supported (supported: ${HF_ARCHITECTURES.join(", ")}; Qwen3's q/k norms are not implemented)`,
+      `${architecture} is not supported (supported: ${HF_ARCHITECTURES.join(", ")}; Qwen3 needs q/k norms, which this transformer does not have)`,
     );
   const arch = architecture as HfArchitecture;
   for (const field of MOE_FIELDS)
