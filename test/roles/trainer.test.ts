@@ -14,7 +14,7 @@ import { GroupBuffer, groupsNeeded } from "../../trainer-image/trainer/buffer.ts
 import { readLedger } from "../../trainer-image/trainer/ledger.ts";
 import { runTrainer, type StepInfo } from "../../trainer-image/trainer/trainer.ts";
 import { tempDir } from "../support/tmp.ts";
-import { deliver, fakeTrajectory, publishBase, TINY_MODEL } from "./trainerHelpers.ts";
+import { deliver, fakeTrajectory, publishBase, TINY_MODEL, tinyTrainerConfig } from "./trainerHelpers.ts";
 
 const trainerConfig = parseConfig({}).trainer;
 
@@ -221,15 +221,7 @@ function recording(transport: Transport, events: string[]): Transport {
 describe("runTrainer on the local transport with a tiny model", () => {
   let dir: string;
   let transport: Transport;
-  const config = (overrides: ExperimentConfigInput = {}) =>
-    parseConfig({
-      experimentId: "tr",
-      policy: { backend: "cpu", model: TINY_MODEL },
-      rollout: { groupSize: 2, maxTotalTokens: 64, maxTokensPerTurn: 16 },
-      transport: { localDir: dir, visibilityTimeoutSeconds: 1 },
-      ...overrides,
-      trainer: { batchSize: 2, warmupFactor: 1, maxSteps: 3, learningRate: 1e-2, ...overrides.trainer },
-    });
+  const config = (overrides: ExperimentConfigInput = {}) => tinyTrainerConfig(dir, overrides);
 
   beforeEach(async () => {
     dir = tempDir("trainer-");

@@ -1,3 +1,4 @@
+import { type ExperimentConfig, type ExperimentConfigInput, parseConfig } from "../../shared/config/index.ts";
 import { initBackend } from "../../shared/model/backend.ts";
 import { saveCheckpoint } from "../../shared/model/checkpoint.ts";
 import { createPolicy } from "../../shared/model/transformer.ts";
@@ -96,4 +97,16 @@ export async function deliver(transport: Transport, trajectories: readonly Traje
     out.push(ready);
   }
   return out;
+}
+
+/** A trainer experiment on the tiny model and the local transport in `localDir`; `overrides` merge per section. */
+export function tinyTrainerConfig(localDir: string, overrides: ExperimentConfigInput = {}): ExperimentConfig {
+  return parseConfig({
+    experimentId: "tr",
+    policy: { backend: "cpu", model: TINY_MODEL },
+    rollout: { groupSize: 2, maxTotalTokens: 64, maxTokensPerTurn: 16 },
+    ...overrides,
+    transport: { localDir, visibilityTimeoutSeconds: 1, ...overrides.transport },
+    trainer: { batchSize: 2, warmupFactor: 1, maxSteps: 3, learningRate: 1e-2, ...overrides.trainer },
+  });
 }

@@ -1,26 +1,17 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { type ExperimentConfigInput, parseConfig } from "../../shared/config/index.ts";
 import { TrajectoryReady } from "../../shared/protocol/messages.ts";
 import { createTransport } from "../../shared/transport/index.ts";
 import type { Transport } from "../../shared/transport/types.ts";
 import { runTrainer, type StepInfo } from "../../trainer-image/trainer/trainer.ts";
-import { deliver, fakeTrajectory, publishBase, TINY_MODEL } from "../roles/trainerHelpers.ts";
+import { deliver, fakeTrajectory, publishBase, tinyTrainerConfig } from "../roles/trainerHelpers.ts";
 import { tempDir } from "../support/tmp.ts";
 
 /** A poison message never takes the trainer down: it fails to the DLQ with its reason, the rest trains. */
 describe("trainer: poison TrajectoryReady messages", () => {
   let dir: string;
   let transport: Transport;
-  const config = (overrides: ExperimentConfigInput = {}) =>
-    parseConfig({
-      experimentId: "tr",
-      policy: { backend: "cpu", model: TINY_MODEL },
-      rollout: { groupSize: 2, maxTotalTokens: 64, maxTokensPerTurn: 16 },
-      // one failed delivery sends a message to the DLQ, so the test sees where it ends
-      transport: { localDir: dir, visibilityTimeoutSeconds: 1, maxReceiveCount: 1 },
-      ...overrides,
-      trainer: { batchSize: 2, warmupFactor: 1, maxSteps: 1, learningRate: 1e-2 },
-    });
+  // one failed delivery sends a message to the DLQ, so the test sees where it ends
+  const config = () => tinyTrainerConfig(dir, { transport: { maxReceiveCount: 1 }, trainer: { maxSteps: 1 } });
 
   beforeEach(async () => {
     dir = tempDir("poison-");
