@@ -14,7 +14,7 @@
  * itself, beside the endpoint and credentials.
  */
 import { type ChildProcess, spawn } from "node:child_process";
-import { mkdtempSync, readFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
@@ -25,6 +25,7 @@ import { ListObjectsV2Command, S3Client } from "@aws-sdk/client-s3";
 import { App } from "aws-cdk-lib";
 import { type ExperimentConfig, parseConfig } from "../../shared/config/index.ts";
 import { buildAgentRlApp } from "../agentRlApp.ts";
+import { failurePathReason, type Grant, grantsOf, parseAuthorizationLog, unneededGrants } from "./grantUse.ts";
 import {
   type CfnTemplate,
   type PolicyStatement,
@@ -101,6 +102,12 @@ export interface RehearsalResult {
   readonly denials: readonly Denial[];
   /** Versions in the deployed checkpoint bucket at the end. */
   readonly versions: readonly number[];
+  /**
+   * Grants no request of the run needed (see grantUse.ts), each with why it is there: failure
+   * paths (dead-letter queues, handing a message back) and S3's missing-key rule. Any other
+   * unneeded grant fails the rehearsal; every needed one, dropped, denies a request of the run.
+   */
+  readonly unneededGrants: ReadonlyArray<Grant & { readonly reason: string | undefined }>;
   readonly seconds: number;
 }
 
@@ -110,7 +117,8 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
   const log = options.log ?? ((line: string) => process.stderr.write(`[rehearse] ${line}\n`));
   const { config } = options.templates;
   const children: ChildProcess[] = [];
-  const moto = await startEnforcingMoto();
+  const authorizationLog = join(mkdtempSync(join(tmpdir(), "agentrl-rehearse-moto-")), "authorized.jsonl");
+  const moto = await startEnforcingMoto(authorizationLog);
   children.push(moto.child);
   const denials: Denial[] = [];
   let failure = "";
@@ -148,9 +156,11 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
     // 2. One IAM user per task role, with exactly the compute template's statements.
     const definitions = taskRoleDefinitions(options.templates.compute);
     const credentials = new Map<string, { accessKeyId: string; secretAccessKey: string }>();
+    const grants: Grant[] = [];
     for (const definition of definitions) {
       let statements = definition.statements.map((raw) => resolveIntrinsics(raw, importValue) as PolicyStatement);
       if (options.dropGrant?.roleKey === definition.key) statements = dropAction(statements, options.dropGrant);
+      grants.push(...grantsOf(definition.key, statements));
       const userName = `rehearsal-${definition.key.replace(/[^A-Za-z0-9+=,.@_-]/g, "-")}`;
       await iam.send(new CreateUserCommand({ UserName: userName }));
       if (statements.length > 0)
@@ -289,7 +299,25 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
       failure = `the checkpoint bucket holds versions ${versions.join(", ")}, expected ${expected.join(", ")}`;
     if (!failure && denials.length > 0)
       failure = `denied: ${denials.map((d) => `${d.role} ${d.action} ${d.resource}`).join("; ")}`;
-    return { passed: failure === "", failure, denials, versions, seconds: (Date.now() - started) / 1000 };
+    const roleOfKey = new Map([...credentials].map(([roleKey, key]) => [key.accessKeyId, roleKey]));
+    const authorized = existsSync(authorizationLog)
+      ? parseAuthorizationLog(readFileSync(authorizationLog, "utf8"))
+      : [];
+    const unneeded = unneededGrants(grants, authorized, roleOfKey).map((g) => ({ ...g, reason: failurePathReason(g) }));
+    const unexplained = unneeded.filter((g) => g.reason === undefined);
+    if (!failure && unexplained.length > 0)
+      failure = `granted but needed by no request: ${unexplained.map((g) => `${g.role} ${g.action} ${g.resource}`).join("; ")}`;
+    log(
+      `moto authorized ${authorized.length} role requests; ${grants.length - unneeded.length} of ${grants.length} grants needed`,
+    );
+    return {
+      passed: failure === "",
+      failure,
+      denials,
+      versions,
+      unneededGrants: unneeded,
+      seconds: (Date.now() - started) / 1000,
+    };
   } finally {
     for (const child of children.reverse()) if (child.exitCode === null) child.kill("SIGTERM");
     await new Promise((r) => setTimeout(r, 500));
@@ -395,10 +423,10 @@ function runToEnd(
  * `python3 -m moto.server` that enforces IAM: after its three unauthenticated calls (create the
  * admin, attach its policy, make its key) every request must be signed by a user whose policies allow it.
  */
-async function startEnforcingMoto(): Promise<{ endpoint: string; child: ChildProcess }> {
+async function startEnforcingMoto(authorizationLog: string): Promise<{ endpoint: string; child: ChildProcess }> {
   const port = await freePort();
   const endpoint = `http://127.0.0.1:${port}`;
-  const child = spawn("python3", ["-c", MOTO_SERVER_WITH_QUERY_FIX, String(port)], {
+  const child = spawn("python3", ["-c", MOTO_SERVER_WITH_QUERY_FIX, String(port), authorizationLog], {
     stdio: ["ignore", "ignore", "pipe"],
   });
   let stderr = "";
@@ -430,6 +458,8 @@ const ADMIN_SETUP_CALLS = 3;
  * sqs:GetQueueUrl against '*' (it looks for a QueueUrl parameter, which that call does not have),
  * where AWS uses the named queue's ARN; the shim lets it find the queue by its QueueName. And
  * moto asks for sqs:SendMessageBatch (etc.) where AWS authorizes a batch as its single action.
+ * And it appends every authorized request (access key, action, resource) to the file named by its
+ * second argument, from which the rehearsal tells which grants were needed (grantUse.ts).
  * Nothing else changes.
  */
 const MOTO_SERVER_WITH_QUERY_FIX = `
@@ -452,6 +482,16 @@ def __init__(self, *args, **kwargs):
     if self._action.startswith("sqs:") and self._action.endswith("Batch"):
         self._action = self._action[: -len("Batch")]
 access_control.IAMRequestBase.__init__ = __init__
+import json, threading
+authorized_log = open(sys.argv[2], "a", buffering=1)
+authorized_lock = threading.Lock()
+check_action_permitted = access_control.IAMRequestBase.check_action_permitted
+def check_and_log(self, resource):
+    check_action_permitted(self, resource)
+    key = self._get_string_between("Credential=", ",", self._headers["Authorization"]).split("/")[0]
+    with authorized_lock:
+        authorized_log.write(json.dumps({"accessKeyId": key, "action": self._action, "resource": resource}) + "\\n")
+access_control.IAMRequestBase.check_action_permitted = check_and_log
 from moto.sqs import responses as sqs_responses
 queue_name = sqs_responses.SQSResponse._get_queue_name
 def _get_queue_name(self):

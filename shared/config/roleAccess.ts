@@ -92,14 +92,10 @@ export const ROLE_ACCESS: Readonly<Record<ContainerRole, RoleAccess>> = {
 
 /** IAM actions on the main queue, per use. */
 export const QUEUE_ACTIONS: Readonly<Record<QueueUse, readonly string[]>> = {
-  consume: [
-    "sqs:ReceiveMessage",
-    "sqs:DeleteMessage",
-    "sqs:ChangeMessageVisibility",
-    "sqs:GetQueueUrl",
-    "sqs:GetQueueAttributes",
-  ],
-  produce: ["sqs:SendMessage", "sqs:GetQueueUrl", "sqs:GetQueueAttributes"],
+  // GetQueueAttributes is only for reading the depth: the deploy rehearsal found that no consumer or
+  // producer calls it (infra/rehearse/grantUse.ts).
+  consume: ["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueUrl"],
+  produce: ["sqs:SendMessage", "sqs:GetQueueUrl"],
   depth: ["sqs:GetQueueAttributes", "sqs:GetQueueUrl"],
 };
 /** IAM actions on the dead-letter queue of a consumed queue: `fail` moves a message there with its reason. */

@@ -103,8 +103,7 @@ class RestrictedQueue implements Queue {
     return this.inner.fail(receiptHandle, reason);
   }
   async approximateDepth(): Promise<{ visible: number; inFlight: number }> {
-    if (!this.uses.some((use) => use === "depth" || use === "consume"))
-      this.refuse("read the depth (depth)", `queue ${this.name}`);
+    if (!this.uses.includes("depth")) this.refuse("read the depth (depth)", `queue ${this.name}`);
     return this.inner.approximateDepth();
   }
   async deadLetters(max?: number): Promise<DeadLetter[]> {

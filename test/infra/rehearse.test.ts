@@ -18,6 +18,10 @@ describe("deploy rehearsal under enforced IAM", () => {
     expect(result.failure).toBe("");
     expect(result.denials).toEqual([]);
     expect(result.versions).toEqual([0, 1, 2]);
+    // Every grant was the only one permitting some request of the run (dropping it fails the run),
+    // or serves a failure path the run did not meet, for a stated reason.
+    expect(result.unneededGrants.filter((g) => g.reason === undefined)).toEqual([]);
+    expect(result.unneededGrants.length).toBeLessThan(30);
     expect(result.passed).toBe(true);
   }, 400_000);
 
