@@ -34,7 +34,21 @@ export interface ServeTaskOptions {
   readonly heartbeatMs?: number;
   /** Address announced to the controller (must end in `/api`). @default `<listen url>/api` */
   readonly address?: string;
+  /** Reuse limits: the worker drains itself once they are reached (see {@link WorkerLimits}). */
+  readonly limits?: WorkerLimits;
   readonly log?: Logger;
+}
+
+/**
+ * When a worker stops taking sessions. Enforced by the worker itself so that the limit is exact
+ * (the Nth session is the last one, however fast starts arrive); the pool manager then stops it
+ * once its running sessions have finished.
+ */
+export interface WorkerLimits {
+  /** Sessions started before the worker drains. @default unlimited */
+  readonly maxEpisodes?: number;
+  /** Age after which the worker drains. @default unlimited */
+  readonly maxAgeMs?: number;
 }
 
 export interface RunningWorker {
@@ -44,6 +58,8 @@ export interface RunningWorker {
   readonly address: string;
   /** Sessions currently open. */
   readonly sessionCount: number;
+  /** Takes no new session (limits reached or drained). */
+  readonly draining: boolean;
   /** Sends one heartbeat now (also sent every heartbeatMs). */
   heartbeat(): Promise<void>;
   /** Stops heartbeats, cancels every session (their episodes' signals fire) and closes the server. */
@@ -69,15 +85,25 @@ export class TaskWorker {
   private readonly tools: ToolSpec[];
   private readonly indices: number[];
   private readonly sweepTimer: NodeJS.Timeout;
+  private readonly startedAt = Date.now();
+  private episodes = 0;
+  private drainReason: string | undefined;
+  /** Called once when the worker starts draining (serveTask sends a heartbeat at once). */
+  onDrain: () => void = () => {};
 
   constructor(
     readonly task: TaskDefinition,
     readonly concurrency: number,
     private readonly idleTimeoutMs: number,
     private readonly log: Logger,
+    private readonly limits: WorkerLimits = {},
   ) {
     if (!Number.isInteger(concurrency) || concurrency < 1)
       throw new RangeError(`concurrency must be >= 1, got ${concurrency}`);
+    if (limits.maxEpisodes !== undefined && !(Number.isInteger(limits.maxEpisodes) && limits.maxEpisodes >= 1))
+      throw new RangeError(`maxEpisodes must be an integer >= 1, got ${limits.maxEpisodes}`);
+    if (limits.maxAgeMs !== undefined && !(limits.maxAgeMs > 0))
+      throw new RangeError(`maxAgeMs must be > 0, got ${limits.maxAgeMs}`);
     this.tools = toolSpecs(task);
     this.indices = taskIndices(task);
     this.sweepTimer = setInterval(() => this.expireIdle(), Math.max(20, Math.min(5_000, idleTimeoutMs / 4)));
@@ -90,6 +116,28 @@ export class TaskWorker {
 
   get allIndices(): readonly number[] {
     return this.indices;
+  }
+
+  get draining(): boolean {
+    this.checkAge();
+    return this.drainReason !== undefined;
+  }
+
+  /** Stops taking sessions (idempotent); running sessions go on until they finish. */
+  drain(reason: string): void {
+    if (this.drainReason !== undefined) return;
+    this.drainReason = reason;
+    this.log.info(
+      { task: this.task.name, reason, episodes: this.episodes, open: this.sessions.size },
+      "worker draining",
+    );
+    this.onDrain();
+  }
+
+  private checkAge(): void {
+    const { maxAgeMs } = this.limits;
+    if (maxAgeMs !== undefined && this.drainReason === undefined && Date.now() - this.startedAt >= maxAgeMs)
+      this.drain(`max age ${maxAgeMs} ms reached`);
   }
 
   /** The Hono app serving the worker endpoints under /api. */
@@ -112,8 +160,14 @@ export class TaskWorker {
         name: this.task.name,
         concurrency: this.concurrency,
         current: this.sessions.size,
+        draining: this.draining,
+        episodes: this.episodes,
       } satisfies WorkerStatusResponse),
     );
+    app.post("/api/drain", (c) => {
+      this.drain("drained by request");
+      return c.json({ draining: true, current: this.sessions.size });
+    });
     app.get("/api/get_indices", (c) => c.json(this.indices));
     app.post("/api/calculate_overall", async (c) =>
       c.json(calculateOverall((await readJson(c, CalculateOverall, "calculate_overall body")).results)),
@@ -126,6 +180,8 @@ export class TaskWorker {
     if (this.sessions.size >= this.concurrency) {
       throw new HttpError(406, `sample concurrency limit reached: ${this.concurrency}`);
     }
+    // A draining worker answers like a full one: the controller tries another worker.
+    if (this.draining) throw new HttpError(406, `worker draining (${this.drainReason})`);
     if (!inSplits(this.task, body.index)) {
       throw new HttpError(
         400,
@@ -141,6 +197,9 @@ export class TaskWorker {
       busy: true,
     };
     this.sessions.set(session.id, session);
+    this.episodes += 1;
+    if (this.limits.maxEpisodes !== undefined && this.episodes >= this.limits.maxEpisodes)
+      this.drain(`max episodes ${this.limits.maxEpisodes} reached`);
     let episode: EpisodeSession;
     try {
       episode = new EpisodeSession(this.task, await this.task.start(body.index, session.abort.signal));
@@ -210,10 +269,19 @@ export class TaskWorker {
   }
 
   heartbeatBody(address: string): Heartbeat {
-    return { name: this.task.name, address, concurrency: this.concurrency, indices: this.indices };
+    return {
+      name: this.task.name,
+      address,
+      concurrency: this.concurrency,
+      indices: this.indices,
+      draining: this.draining,
+      episodes: this.episodes,
+      started_at: this.startedAt / 1000,
+    };
   }
 
   private expireIdle(): void {
+    this.checkAge();
     const cutoff = Date.now() - this.idleTimeoutMs;
     for (const session of this.sessions.values()) {
       if (!session.busy && session.lastActive < cutoff) {
@@ -245,7 +313,7 @@ export async function serveTask(
 ): Promise<RunningWorker> {
   const task = "task" in source ? source.task : source;
   const log = options.log ?? createLogger({ role: "env-worker", task: task.name });
-  const worker = new TaskWorker(task, options.concurrency ?? 32, options.idleTimeoutMs ?? 240_000, log);
+  const worker = new TaskWorker(task, options.concurrency ?? 32, options.idleTimeoutMs ?? 240_000, log, options.limits);
   const server = await listen(worker.app(), options.port ?? 0, options.host ?? "127.0.0.1");
   const address = (options.address ?? `${server.url}/api`).replace(/\/+$/, "");
   const heartbeatUrl = options.controllerUrl ? `${controllerApi(options.controllerUrl)}/receive_heartbeat` : undefined;
@@ -272,6 +340,8 @@ export async function serveTask(
   };
   const timer = setInterval(() => void heartbeat(), options.heartbeatMs ?? 8_000);
   timer.unref();
+  // Tell the controller at once, so it stops routing here before the next periodic heartbeat.
+  worker.onDrain = () => void heartbeat();
   await heartbeat();
 
   return {
@@ -279,6 +349,9 @@ export async function serveTask(
     address,
     get sessionCount() {
       return worker.sessionCount;
+    },
+    get draining() {
+      return worker.draining;
     },
     heartbeat,
     async close() {
