@@ -85,7 +85,10 @@ export class EcsDriver implements WorkerDriver {
         cluster: o.cluster,
         taskDefinition: o.taskDefinition,
         count: 1,
-        capacityProviderStrategy: [{ capacityProvider: o.capacityProvider ?? "FARGATE", weight: 1 }],
+        // Plain Fargate as a launch type (the same capacity; what moto also models); Spot needs the strategy.
+        ...(o.capacityProvider === "FARGATE_SPOT"
+          ? { capacityProviderStrategy: [{ capacityProvider: "FARGATE_SPOT", weight: 1 }] }
+          : { launchType: "FARGATE" as const }),
         networkConfiguration: {
           awsvpcConfiguration: {
             subnets: [...o.subnets],

@@ -184,6 +184,7 @@ describe("compute stack", () => {
         "policy:current",
         "policy:stale",
         ...TASK_NAMES.map((task) => `env:${task}`),
+        ...TASK_NAMES.map((task) => `envpool:${task}`),
       ].sort(),
     );
     for (const [key, { container, env }] of roles) {
@@ -192,6 +193,30 @@ describe("compute stack", () => {
       expect(parsed.success, `${key}: ${parsed.error?.message}`).toBe(true);
       expect(JSON.parse(env.AGENTRL_CONFIG_JSON as string)).toEqual(config);
     }
+  });
+
+  it("leaves env workers to their pools: no service runs them, each pool may only run, list, stop and pass its own", () => {
+    const roles = taskDefinitionsByRole(templates.compute);
+    const services = resourcesOf(templates.compute, "AWS::ECS::Service").map(([, s]) =>
+      JSON.stringify(s.Properties.TaskDefinition),
+    );
+    const db = roles.get("env:db");
+    const pool = roles.get("envpool:db");
+    if (!db || !pool) throw new Error("env:db or envpool:db missing");
+    expect(services).not.toContain(JSON.stringify({ Ref: db.id }));
+    expect(services).toContain(JSON.stringify({ Ref: pool.id }));
+    expect(pool.env.AGENTRL_ENV_CAPACITY_PROVIDER).toBe("FARGATE");
+    const statements = taskRoleStatements(templates.compute, pool.id);
+    const actions = statements.flatMap((s) => s.actions).sort();
+    expect(actions).toEqual(
+      ["ecs:DescribeTasks", "ecs:ListTasks", "ecs:RunTask", "ecs:StopTask", "ecs:TagResource", "iam:PassRole"].sort(),
+    );
+    const family = (templates.compute.toJSON().Resources[db.id] as Resource).Properties.Family as string;
+    const run = statements.find((s) => s.actions.includes("ecs:RunTask"));
+    expect(run?.resources.join()).toContain(`task-definition/${family}:*`);
+    const pass = statements.find((s) => s.actions.includes("iam:PassRole"));
+    expect(pass?.resources).toHaveLength(2);
+    for (const statement of statements) expect(statement.resources).not.toContain("*");
   });
 
   it("puts the trainer and both policy servers on the GPU capacity provider with one GPU each", () => {
