@@ -218,11 +218,14 @@ export class PoolManager {
         warmWorkers: this.options.warmWorkers ?? 0,
       },
     );
+    // A task no worker ever registered is unknown to the controller, which then answers 404, not
+    // 406: demand is invisible, so keep one worker until the task is known.
+    const visible = entry === undefined && live.length === 0 ? Math.max(desired, 1) : desired;
     const capacity = ready.length + starting.length;
-    if (capacity < desired) {
+    if (capacity < visible) {
       this.surplusSince = undefined;
-      const reason = { inUse, pending, rejected, warm: this.options.warmWorkers ?? 0, capacity, desired };
-      await Promise.all(Array.from({ length: desired - capacity }, () => this.launch(reason)));
+      const reason = { inUse, pending, rejected, warm: this.options.warmWorkers ?? 0, capacity, desired: visible };
+      await Promise.all(Array.from({ length: visible - capacity }, () => this.launch(reason)));
     } else if (capacity > desired) {
       this.surplusSince ??= now;
       if (now - this.surplusSince >= (this.options.scaleDownAfterMs ?? 30_000)) {
