@@ -58,6 +58,8 @@ export const KEY_PREFIXES = {
 export const ROLE_ACCESS: Readonly<Record<ContainerRole, RoleAccess>> = {
   controller: { queues: {}, stores: [] },
   env: { queues: {}, stores: [] },
+  // The env pool talks to the controller and to ECS (infra grants RunTask/StopTask apart).
+  envpool: { queues: {}, stores: [] },
   policy: {
     queues: {},
     stores: [{ store: "checkpoints", prefix: KEY_PREFIXES.policies, use: ["read"] }],
