@@ -233,9 +233,10 @@ describe("ECS driver on moto", () => {
     const spot = new EcsDriver({
       ecs: {
         ...calls,
-        runTask: async (input) => (
-          inputs.push(input), { tasks: [{ taskArn: "arn:aws:ecs:x:1:task/c/1" }], $metadata: {} }
-        ),
+        runTask: async (input) => {
+          inputs.push(input);
+          return { tasks: [{ taskArn: "arn:aws:ecs:x:1:task/c/1" }], $metadata: {} };
+        },
       },
       cluster: CLUSTER,
       taskDefinition: family,
