@@ -101,11 +101,13 @@ const RUNC = "/usr/sbin/runc";
 
 /**
  * The engine to use, or undefined when neither podman nor a Docker daemon answers.
- * `AGENTRL_CONTAINER_ENGINE=podman|docker` picks one when both exist.
+ * `AGENTRL_CONTAINER_ENGINE=podman|docker` picks one when both exist; `none` uses neither
+ * (skips the container tests on a machine that has an engine).
  */
 export async function detectEngine(
   preferred = process.env.AGENTRL_CONTAINER_ENGINE,
 ): Promise<ContainerEngine | undefined> {
+  if (preferred === "none") return undefined;
   const order: Array<"podman" | "docker"> = preferred === "docker" ? ["docker", "podman"] : ["podman", "docker"];
   for (const kind of order) {
     // `docker version` succeeds without a daemon; `info` needs one. podman needs none.

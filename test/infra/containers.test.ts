@@ -42,7 +42,7 @@ const engine = await detectEngine();
 if (!engine)
   process.stderr.write(
     "containers.test.ts: SKIPPED 'container images, built and run' - neither podman nor a Docker daemon answers " +
-      "(apt-get install podman runc debootstrap to run it)\n",
+      "or AGENTRL_CONTAINER_ENGINE=none (apt-get install podman runc debootstrap to run it)\n",
   );
 
 /** Files and folders the .dockerignore keeps out of every image's /app. */
