@@ -1,5 +1,4 @@
 import { writeFileSync } from "node:fs";
-import { networkInterfaces } from "node:os";
 import { join } from "node:path";
 import {
   CloudFormationClient,
@@ -9,6 +8,7 @@ import {
 } from "@aws-sdk/client-cloudformation";
 import { Template } from "aws-cdk-lib/assertions";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { taskAddress } from "../../cli/commands/container.ts";
 import { BASE_CHECKPOINT_DIR, copyVersion } from "../../cli/launch/pipeline.ts";
 import { buildAgentRlApp } from "../../infra/agentRlApp.ts";
 import { type BuiltImage, buildImage, type PlannedImage, plannedImages } from "../../infra/images/build.ts";
@@ -215,7 +215,9 @@ describe.skipIf(!engine)("container images, built and run (podman or Docker)", (
       };
 
       // moto on this machine's own address: containers on the bridge network reach it there.
-      moto = await startMoto(55_000, hostAddress());
+      const hostAddress = taskAddress();
+      expect(hostAddress, "a non-internal IPv4 address containers can reach").not.toBe("127.0.0.1");
+      moto = await startMoto(55_000, hostAddress);
       const cfn = new CloudFormationClient({ endpoint: moto.endpoint, region: "us-east-1" });
       const exports = new Map<string, string>();
       try {
@@ -370,10 +372,3 @@ describe.skipIf(!engine)("container images, built and run (podman or Docker)", (
     }, 300_000);
   });
 });
-
-/** This machine's first non-internal IPv4 address (reachable from containers on a bridge network). */
-function hostAddress(): string {
-  for (const addresses of Object.values(networkInterfaces()))
-    for (const address of addresses ?? []) if (address.family === "IPv4" && !address.internal) return address.address;
-  throw new Error("no non-internal IPv4 address: containers could not reach moto");
-}
