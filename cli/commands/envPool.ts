@@ -88,6 +88,13 @@ export function registerPool(env: Command): void {
       const maxAgeSeconds = options.maxAge ?? entry.maxAgeSeconds;
       const { readSecrets } = await import("../../shared/security/secrets.ts");
       const { controllerSecret } = readSecrets();
+      // With a config, queued rollout requests count as demand (this task's weight share of them).
+      const transport = config
+        ? await (await import("../../shared/transport/index.ts")).createRoleTransport(config.transport, "envpool")
+        : undefined;
+      const { queuedDemand } = await import("../../functions/envpool/policy.ts");
+      const totalWeight = config?.tasks.mix.reduce((sum, e) => sum + e.weight, 0) ?? 0;
+      const requests = transport?.queue("rollout-requests");
       const manager = new PoolManager({
         task: options.task,
         controllerUrl: options.controller,
@@ -101,13 +108,23 @@ export function registerPool(env: Command): void {
         warmWorkers: options.warm ?? entry.warmWorkers,
         exclusive: options.exclusive ?? entry.exclusive,
         tickMs: options.tickMs,
+        ...(requests
+          ? {
+              pendingDemand: async () =>
+                queuedDemand((await requests.approximateDepth()).visible, entry.weight, totalWeight),
+            }
+          : {}),
         log,
       });
       manager.start();
       process.stdout.write(
         `${JSON.stringify({ event: "started", role: "envpool", task: options.task, driver: driver.kind, minWorkers, maxWorkers })}\n`,
       );
-      const stop = () => void manager.close().then(() => process.exit(0));
+      const stop = () =>
+        void manager
+          .close()
+          .then(() => transport?.close())
+          .then(() => process.exit(0));
       process.once("SIGINT", stop);
       process.once("SIGTERM", stop);
     });

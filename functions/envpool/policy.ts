@@ -28,6 +28,16 @@ export function desiredWorkers(demand: Demand, sizing: Sizing): number {
   return Math.min(sizing.maxWorkers, Math.max(sizing.minWorkers, busy + sizing.warmWorkers));
 }
 
+/**
+ * This task's share of the queued rollout requests: the queue holds every task's requests, and
+ * the feeder draws tasks by their mix weights, so the share is the weight's (rounded up, so one
+ * queued request of a rare task still counts).
+ */
+export function queuedDemand(visibleRequests: number, taskWeight: number, totalWeight: number): number {
+  if (!(visibleRequests > 0) || !(taskWeight > 0) || !(totalWeight > 0)) return 0;
+  return Math.ceil((visibleRequests * taskWeight) / totalWeight);
+}
+
 /** p-th percentile (0..100) of `values` by nearest rank; undefined when empty. */
 export function percentile(values: readonly number[], p: number): number | undefined {
   if (values.length === 0) return undefined;

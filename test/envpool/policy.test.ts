@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { desiredWorkers, percentile } from "../../functions/envpool/policy.ts";
+import { desiredWorkers, percentile, queuedDemand } from "../../functions/envpool/policy.ts";
 import { parseConfig } from "../../shared/config/index.ts";
 
 const sizing = { slotsPerWorker: 4, minWorkers: 1, maxWorkers: 5, warmWorkers: 0 };
@@ -15,6 +15,13 @@ describe("env pool sizing", () => {
     expect(
       desiredWorkers({ inUse: 3, pending: 0, rejected: 1 }, { ...sizing, slotsPerWorker: 1, warmWorkers: 1 }),
     ).toBe(5);
+  });
+
+  it("counts this task's weight share of the queued rollout requests, rounded up", () => {
+    expect(queuedDemand(10, 1, 2)).toBe(5);
+    expect(queuedDemand(3, 1, 4)).toBe(1);
+    expect(queuedDemand(0, 1, 2)).toBe(0);
+    expect(queuedDemand(10, 1, 0)).toBe(0);
   });
 
   it("takes nearest-rank percentiles", () => {

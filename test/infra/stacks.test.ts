@@ -245,8 +245,18 @@ describe("compute stack", () => {
     expect(pool.env.AGENTRL_ENV_CAPACITY_PROVIDER).toBe("FARGATE");
     const statements = taskRoleStatements(templates.compute, pool.id);
     const actions = statements.flatMap((s) => s.actions).sort();
+    // ECS and PassRole for its workers; the depth of rollout-requests (its demand) from the role-access table.
     expect(actions).toEqual(
-      ["ecs:DescribeTasks", "ecs:ListTasks", "ecs:RunTask", "ecs:StopTask", "ecs:TagResource", "iam:PassRole"].sort(),
+      [
+        "ecs:DescribeTasks",
+        "ecs:ListTasks",
+        "ecs:RunTask",
+        "ecs:StopTask",
+        "ecs:TagResource",
+        "iam:PassRole",
+        "sqs:GetQueueAttributes",
+        "sqs:GetQueueUrl",
+      ].sort(),
     );
     const family = (templates.compute.toJSON().Resources[db.id] as Resource).Properties.Family as string;
     const run = statements.find((s) => s.actions.includes("ecs:RunTask"));
