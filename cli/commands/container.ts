@@ -43,6 +43,28 @@ export function roleArgv(env: ContainerEnv, files: { configFile: string; sweepFi
         "--address",
         `http://${env.AGENTRL_ADVERTISE_HOST ?? taskAddress()}:${env.AGENTRL_PORT}/api`,
       ];
+    case "envpool":
+      return [
+        "env",
+        "pool",
+        "--controller",
+        env.AGENTRL_CONTROLLER_URL,
+        "--task",
+        env.AGENTRL_TASK,
+        "--driver",
+        "ecs",
+        ...config,
+        "--ecs-cluster",
+        env.AGENTRL_ECS_CLUSTER,
+        "--ecs-task-definition",
+        env.AGENTRL_ENV_TASK_DEFINITION,
+        "--ecs-subnets",
+        env.AGENTRL_ENV_SUBNETS,
+        "--ecs-security-groups",
+        env.AGENTRL_ENV_SECURITY_GROUPS,
+        "--ecs-capacity-provider",
+        env.AGENTRL_ENV_CAPACITY_PROVIDER,
+      ];
     case "policy":
       return [
         "policy",

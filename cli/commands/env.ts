@@ -2,6 +2,7 @@ import { type Command, InvalidArgumentError } from "commander";
 import { AgentRlError } from "../../shared/errors.ts";
 import { configFromOptions, withConfigOptions } from "../options.ts";
 import { intOption } from "./controller.ts";
+import { registerPool } from "./envPool.ts";
 
 /** `agentrl env serve|check`: run a task worker, or check a task with its scripted agents. */
 export function register(program: Command): void {
@@ -25,7 +26,9 @@ export function register(program: Command): void {
       intOption("--concurrency", 1),
     )
     .option("--idle-timeout-ms <n>", "cancel sessions idle for this long", intOption("--idle-timeout-ms", 1), 240_000)
-    .option("--heartbeat-ms <n>", "heartbeat period", intOption("--heartbeat-ms", 10), 8_000);
+    .option("--heartbeat-ms <n>", "heartbeat period", intOption("--heartbeat-ms", 10), 8_000)
+    .option("--max-episodes <n>", "drain after starting this many sessions", intOption("--max-episodes", 1))
+    .option("--max-age <s>", "drain after this many seconds", intOption("--max-age", 1));
 
   withConfigOptions(serve).action(
     async (
@@ -38,6 +41,8 @@ export function register(program: Command): void {
         concurrency?: number;
         idleTimeoutMs: number;
         heartbeatMs: number;
+        maxEpisodes?: number;
+        maxAge?: number;
         config?: string;
         set?: string[];
       },
@@ -56,6 +61,10 @@ export function register(program: Command): void {
         idleTimeoutMs: options.idleTimeoutMs,
         heartbeatMs: options.heartbeatMs,
         address: options.address,
+        limits: {
+          ...(options.maxEpisodes !== undefined ? { maxEpisodes: options.maxEpisodes } : {}),
+          ...(options.maxAge !== undefined ? { maxAgeMs: options.maxAge * 1000 } : {}),
+        },
       });
       process.stdout.write(
         `${JSON.stringify({ event: "listening", role: "env-worker", task: name, url: worker.url, address: worker.address })}\n`,
@@ -65,6 +74,8 @@ export function register(program: Command): void {
       process.once("SIGTERM", stop);
     },
   );
+
+  registerPool(env);
 
   env
     .command("check")

@@ -45,7 +45,8 @@ export interface PipelineResult {
 }
 
 /**
- * Runs one experiment with every role as a child process: controller and env workers, policy
+ * Runs one experiment with every role as a child process: controller and env pools (which
+ * launch and recycle the env workers), policy
  * servers (current, and stale when cross-policy sampling uses it), trainer, feeder and rollout
  * workers, on the configured transport (local directory + SQLite by default, or SQS/S3 at an
  * endpoint). Ends when the trainer has run `trainer.maxSteps`, then evaluates the base and the
@@ -76,6 +77,11 @@ export async function runPipeline(options: PipelineOptions): Promise<PipelineRes
       tasks: config.tasks.mix.map((t) => ({ name: t.name, concurrency: t.concurrency })),
       workerRestarts: ROLE_RESTARTS,
       controllerToken: secrets.controllerSecret,
+      pools: {
+        configFile,
+        stateDir: join(runDir, "envpool"),
+        idleTasks: config.tasks.mix.filter((t) => t.minWorkers === 0).map((t) => t.name),
+      },
     });
     const currentUrl = await startPolicyServer(supervisor, { name: "policy-current", configFile, pool: "current" });
     const cross = config.rollout.crossPolicy;

@@ -1,3 +1,4 @@
+import { join } from "node:path";
 import { ControllerClient } from "../../shared/env/client.ts";
 import { type Supervisor, waitFor } from "./supervisor.ts";
 
@@ -15,11 +16,24 @@ export interface EnvStackOptions {
   readonly workerRestarts?: number;
   /** Bearer key of the controller's session API, for the readiness check. */
   readonly controllerToken?: string;
+  /**
+   * Run one env pool manager per task (`agentrl env pool`, process driver) instead of one fixed
+   * worker: the pool sizes, recycles and replaces workers by the config's tasks.mix entry.
+   */
+  readonly pools?: {
+    /** The run's config file: each pool reads its task's tasks.mix entry from it. */
+    readonly configFile: string;
+    /** Parent of each pool's state folder (pid files and worker logs, `<dir>/<task>/`). */
+    readonly stateDir: string;
+    /** Tasks whose pool keeps no worker when idle (minWorkers 0): not waited for. */
+    readonly idleTasks?: readonly string[];
+  };
 }
 
 /**
  * Starts the environment side of the embedded default as child processes: the controller and
- * one `env serve` worker per task, and waits until every worker is registered and ALIVE.
+ * one env pool per task (or one fixed `env serve` worker per task without `pools`), and waits
+ * until every task has an ALIVE worker.
  * Returns the controller URL.
  */
 export async function startEnvStack(supervisor: Supervisor, options: EnvStackOptions): Promise<string> {
@@ -27,7 +41,8 @@ export async function startEnvStack(supervisor: Supervisor, options: EnvStackOpt
   supervisor.start({ name: "controller", args: ["controller", "--port", String(options.controllerPort ?? 0)] });
   const controllerUrl = await supervisor.guard(supervisor.urlOf("controller"));
   const heartbeatMs = String(options.heartbeatMs ?? 2_000);
-  for (const task of options.tasks) {
+  const pools = options.pools;
+  for (const task of pools ? [] : options.tasks) {
     supervisor.start({
       name: `env-${task.name}`,
       args: [
@@ -44,21 +59,44 @@ export async function startEnvStack(supervisor: Supervisor, options: EnvStackOpt
       maxRestarts: options.workerRestarts ?? 0,
     });
   }
+  // A pool keeps no state of its own (it adopts its running workers), so a crashed one is restarted.
+  for (const task of pools ? options.tasks : []) {
+    supervisor.start({
+      name: `envpool-${task.name}`,
+      args: [
+        "env",
+        "pool",
+        "--controller",
+        controllerUrl,
+        "--task",
+        task.name,
+        "--config",
+        pools?.configFile ?? "",
+        "--state-dir",
+        join(pools?.stateDir ?? "", task.name),
+        "--heartbeat-ms",
+        heartbeatMs,
+      ],
+      maxRestarts: options.workerRestarts ?? 0,
+    });
+  }
   const client = new ControllerClient({
     baseUrl: controllerUrl,
     maxRetries: 0,
     ...(options.controllerToken ? { token: options.controllerToken } : {}),
   });
+  const awaited = options.tasks.filter((t) => !pools?.idleTasks?.includes(t.name));
   await supervisor.guard(
     waitFor(
-      `env workers ${options.tasks.map((t) => t.name).join(", ")} to register`,
+      `env workers ${awaited.map((t) => t.name).join(", ")} to register`,
       async () => {
         const listing = await client.listWorkers();
-        return options.tasks.every((t) =>
+        return awaited.every((t) =>
           Object.values(listing[t.name]?.workers ?? {}).some((worker) => worker.status === "ALIVE"),
         );
       },
-      120_000,
+      // With pools, two process start-ups (pool, then its worker) come before a registration.
+      pools ? 300_000 : 120_000,
     ),
   );
   return controllerUrl;

@@ -11,6 +11,7 @@ import {
   ControllerCancel,
   ControllerInteract,
   ControllerStartSample,
+  DrainWorker,
   ErrorBody,
   Heartbeat,
   InteractResponse,
@@ -79,12 +80,19 @@ interface WorkerRecord {
   state: WorkerState;
   lastReconcile: number;
   reconciling: boolean;
+  /** Routed no new session: its pool is retiring it (it stays reachable for its running sessions). */
+  draining: boolean;
+  /** Sessions started here (the larger of our count and the worker's own). */
+  episodes: number;
+  startedAt: number | undefined;
 }
 
 interface TaskRecord {
   indices: number[];
   indexSet: Set<number>;
   readonly workers: Map<number, WorkerRecord>;
+  /** start_sample calls answered 406: the pool manager reads it as unmet demand. */
+  rejected: number;
 }
 
 interface Session {
@@ -177,6 +185,9 @@ export class Controller {
     });
     app.post("/api/cancel_all", async (c) => c.json({ cancelled: await this.cancelAll() }));
     app.get("/api/list_workers", (c) => c.json(this.listWorkers()));
+    app.post("/api/drain_worker", async (c) =>
+      c.json(await this.drainWorker((await readJson(c, DrainWorker, "drain_worker body")).address)),
+    );
     app.get("/api/list_sessions", (c) => c.json(this.listSessions()));
     app.get("/api/get_tasks", (c) => c.json([...this.tasks.keys()]));
     app.get("/api/get_indices", (c) => {
@@ -214,7 +225,7 @@ export class Controller {
       );
     }
     if (!task) {
-      task = { indices: beat.indices, indexSet: new Set(beat.indices), workers: new Map() };
+      task = { indices: beat.indices, indexSet: new Set(beat.indices), workers: new Map(), rejected: 0 };
       this.tasks.set(beat.name, task);
     } else if (others === 0 && !sameIndices(task.indices, beat.indices)) {
       // The task's only worker came back with other indices (a new task version): take them.
@@ -239,6 +250,9 @@ export class Controller {
         state: "ALIVE",
         lastReconcile: 0,
         reconciling: false,
+        draining: beat.draining ?? false,
+        episodes: beat.episodes ?? 0,
+        startedAt: beat.started_at,
       };
       task.workers.set(worker.id, worker);
       this.log.info({ task: beat.name, address: beat.address, workerId: worker.id }, "worker registered");
@@ -248,6 +262,9 @@ export class Controller {
     }
     existing.lastVisit = now;
     existing.capacity = beat.concurrency;
+    // Draining is one-way: a heartbeat sent before a drain reached the worker does not undo it.
+    existing.draining ||= beat.draining ?? false;
+    existing.episodes = Math.max(existing.episodes, beat.episodes ?? 0);
     if (existing.state !== "ALIVE") {
       // Back from COMA/DEAD: only route to it again once its session table is known.
       if (await this.reconcile(existing)) {
@@ -370,7 +387,7 @@ export class Controller {
     let best: WorkerRecord | undefined;
     for (const worker of task.workers.values()) {
       this.refreshState(worker, now);
-      if (worker.state !== "ALIVE" || exclude.has(worker.id)) continue;
+      if (worker.state !== "ALIVE" || worker.draining || exclude.has(worker.id)) continue;
       const free = worker.capacity - worker.current;
       if (free > 0 && (!best || free > best.capacity - best.current)) best = worker;
     }
@@ -391,6 +408,7 @@ export class Controller {
     for (;;) {
       const worker = this.pickWorker(task, tried);
       if (!worker) {
+        task.rejected += 1;
         throw new HttpError(406, `no worker of task ${body.name} has a free slot (${task.workers.size} registered)`);
       }
       tried.add(worker.id);
@@ -441,6 +459,7 @@ export class Controller {
       }
       // A worker that answers is alive even if its heartbeats queue behind our own load.
       worker.lastVisit = Math.max(worker.lastVisit, Date.now());
+      worker.episodes += 1;
       if (parsed.data.finish || parsed.data.status !== "running") this.dropSession(session);
       c.header(SESSION_ID_HEADER, String(session.id));
       return c.json(parsed.data);
@@ -544,6 +563,20 @@ export class Controller {
     return calculateOverall(body.results);
   }
 
+  /**
+   * Routes no new session to the worker at `address` (its running sessions finish) and tells the
+   * worker, so that the drain outlives a controller restart through its heartbeats.
+   */
+  async drainWorker(address: string): Promise<{ address: string; draining: true; current: number }> {
+    const target = address.replace(/\/+$/, "");
+    const worker = [...this.tasks.values()].flatMap((t) => [...t.workers.values()]).find((w) => w.address === target);
+    if (!worker) throw new HttpError(404, `address: no registered worker at ${target}`);
+    worker.draining = true;
+    this.log.info({ workerId: worker.id, address: target, current: worker.current }, "worker draining");
+    await this.callWorker(worker, "drain", {}, this.shortTimeoutMs);
+    return { address: target, draining: true, current: worker.current };
+  }
+
   // ---- views --------------------------------------------------------------------------------
 
   listWorkers(): ListWorkersResponse {
@@ -560,9 +593,12 @@ export class Controller {
           current: w.current,
           last_visit: w.lastVisit / 1000,
           status: w.state,
+          draining: w.draining,
+          episodes: w.episodes,
+          ...(w.startedAt !== undefined ? { started_at: w.startedAt } : {}),
         };
       }
-      out[name] = { indices: task.indices, workers };
+      out[name] = { indices: task.indices, workers, rejected: task.rejected };
     }
     return out;
   }

@@ -61,6 +61,12 @@ export interface RoleServiceProps {
    * @default - false
    */
   readonly singleton?: boolean;
+  /**
+   * Who runs the tasks: an ECS service, or an env pool manager (functions/envpool/) that calls
+   * RunTask on this task definition itself (no service is created; Fargate only).
+   * @default - "service"
+   */
+  readonly launchedBy?: "service" | "pool";
 }
 
 /** The command every role's container runs: `agentrl container` (cli/commands/container.ts). */
@@ -83,7 +89,8 @@ const FARGATE_MEMORY: Readonly<Record<number, readonly [number, number]>> = {
  * granted by the caller with the resources' grantXxx(service.taskRole).
  */
 export class RoleService extends Construct {
-  readonly service: ecs.BaseService;
+  /** Undefined when the tasks are launched by an env pool. */
+  readonly service: ecs.BaseService | undefined;
   readonly taskDefinition: ecs.TaskDefinition;
   readonly container: ecs.ContainerDefinition;
   readonly securityGroup: ec2.SecurityGroup;
@@ -151,17 +158,22 @@ export class RoleService extends Construct {
       });
       this.container = taskDefinition.addContainer("Role", containerOptions);
       this.taskDefinition = taskDefinition;
-      this.service = new ecs.FargateService(this, "Service", {
-        cluster,
-        taskDefinition,
-        desiredCount,
-        securityGroups: [this.securityGroup],
-        vpcSubnets: { subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS },
-        circuitBreaker: { rollback: true },
-        ...deployment,
-        ...(cloudMapOptions ? { cloudMapOptions } : {}),
-      });
+      this.service =
+        props.launchedBy === "pool"
+          ? undefined
+          : new ecs.FargateService(this, "Service", {
+              cluster,
+              taskDefinition,
+              desiredCount,
+              securityGroups: [this.securityGroup],
+              vpcSubnets: { subnetType: ec2.SubnetType.PRIVATE_WITH_EGRESS },
+              circuitBreaker: { rollback: true },
+              ...deployment,
+              ...(cloudMapOptions ? { cloudMapOptions } : {}),
+            });
     } else {
+      if (props.launchedBy === "pool")
+        throw new InvalidPropError(`RoleService(${id}): pool-launched tasks run on Fargate, not on the GPU capacity`);
       const gpuCount = props.placement.gpuCount ?? 1;
       requireRange(`RoleService(${id})`, "gpuCount", gpuCount, 1, 8);
       const taskDefinition = new ecs.Ec2TaskDefinition(this, "Task", { networkMode: ecs.NetworkMode.AWS_VPC });
@@ -249,6 +261,8 @@ export class RoleService extends Construct {
     requireRange(`RoleService(${this.node.id})`, "scaling min", options.min, 0, 1000);
     requireRange(`RoleService(${this.node.id})`, "scaling max", options.max, Math.max(1, options.min), 1000);
     requireRange(`RoleService(${this.node.id})`, "messagesPerTask", options.messagesPerTask, 1, 100_000);
+    if (!this.service)
+      throw new InvalidPropError(`RoleService(${this.node.id}): pool-launched tasks are scaled by their pool`);
     const scaling = this.service.autoScaleTaskCount({ minCapacity: options.min, maxCapacity: options.max });
     const per = options.messagesPerTask;
     scaling.scaleOnMetric("QueueDepth", {

@@ -154,7 +154,9 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
     };
 
     // 2. One IAM user per task role, with exactly the compute template's statements.
-    const definitions = taskRoleDefinitions(options.templates.compute);
+    // Env workers run here as the pool would launch them; the pools themselves need a real ECS to
+    // launch anything (their drivers are tested against moto's ECS in test/envpool/ecs.test.ts).
+    const definitions = taskRoleDefinitions(options.templates.compute).filter((d) => d.role !== "envpool");
     const credentials = new Map<string, { accessKeyId: string; secretAccessKey: string }>();
     const grants: Grant[] = [];
     for (const definition of definitions) {

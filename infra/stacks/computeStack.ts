@@ -1,5 +1,6 @@
-import { CfnParameter, Stack, type StackProps } from "aws-cdk-lib";
+import { ArnFormat, CfnParameter, Fn, Stack, type StackProps } from "aws-cdk-lib";
 import * as ecs from "aws-cdk-lib/aws-ecs";
+import * as iam from "aws-cdk-lib/aws-iam";
 import type * as s3 from "aws-cdk-lib/aws-s3";
 import * as secretsmanager from "aws-cdk-lib/aws-secretsmanager";
 import { NagSuppressions } from "cdk-nag";
@@ -59,7 +60,10 @@ export class ComputeStack extends Stack {
   readonly cluster: AgentCluster;
   readonly images: RoleImages;
   readonly controller: RoleService;
+  /** Env worker task definitions (no service: launched by the task's pool). */
   readonly envWorkers: ReadonlyMap<string, RoleService>;
+  /** One env pool manager per task: runs, recycles and scales that task's env worker tasks. */
+  readonly envPools: ReadonlyMap<string, RoleService>;
   readonly policyServers: { readonly current: RoleService; readonly stale: RoleService };
   readonly trainer: RoleService;
   readonly feeder: RoleService;
@@ -143,6 +147,7 @@ export class ComputeStack extends Stack {
     });
 
     const envWorkers = new Map<string, RoleService>();
+    const envPools = new Map<string, RoleService>();
     for (const entry of config.tasks.mix) {
       const worker = new RoleService(this, `Env-${entry.name}`, {
         cluster: this.cluster,
@@ -157,13 +162,40 @@ export class ComputeStack extends Stack {
         secrets: { AGENTRL_ENV_SECRET: envSecret },
         placement: { kind: "fargate", cpu: 1024, memoryMiB: 2048 },
         port: ENV_WORKER_PORT,
+        launchedBy: "pool",
       });
       // Workers heartbeat to the controller; the controller calls the workers back.
       this.controller.allowFrom(worker);
       worker.allowFrom(this.controller);
       envWorkers.set(entry.name, worker);
+      const pool = new RoleService(this, `EnvPool-${entry.name}`, {
+        cluster: this.cluster,
+        image: this.images.functions,
+        environment: {
+          AGENTRL_ROLE: "envpool",
+          ...common,
+          AGENTRL_TASK: entry.name,
+          AGENTRL_CONTROLLER_URL: controllerUrl,
+          AGENTRL_ECS_CLUSTER: this.cluster.cluster.clusterName,
+          AGENTRL_ENV_TASK_DEFINITION: worker.taskDefinition.family,
+          AGENTRL_ENV_SUBNETS: Fn.join(
+            ",",
+            this.cluster.vpc.privateSubnets.map((subnet) => subnet.subnetId),
+          ),
+          AGENTRL_ENV_SECURITY_GROUPS: worker.securityGroup.securityGroupId,
+          AGENTRL_ENV_CAPACITY_PROVIDER: "FARGATE",
+        } satisfies ContainerEnvInputOf<"envpool">,
+        secrets: { AGENTRL_CONTROLLER_SECRET: controllerSecret },
+        placement: { kind: "fargate", cpu: 256, memoryMiB: 512 },
+        singleton: true,
+      });
+      // The pool reads list_workers and drains workers through the controller.
+      this.controller.allowFrom(pool);
+      this.grantPoolPermissions(pool, worker);
+      envPools.set(entry.name, pool);
     }
     this.envWorkers = envWorkers;
+    this.envPools = envPools;
 
     const policyServer = (pool: "current" | "stale") => {
       const server = new RoleService(this, `Policy-${pool}`, {
@@ -226,6 +258,7 @@ export class ComputeStack extends Stack {
     for (const service of [
       this.controller,
       ...envWorkers.values(),
+      ...envPools.values(),
       this.policyServers.current,
       this.policyServers.stale,
       this.trainer,
@@ -235,5 +268,85 @@ export class ComputeStack extends Stack {
       grantRoleAccess(service.taskRole, ROLE_ACCESS[service.role], targets);
       service.acknowledgeGrantWildcards();
     }
+  }
+
+  /**
+   * What an env pool may do in ECS: run its task's env task definition in this cluster (tagged),
+   * describe, list and stop tasks of this cluster, and pass that task definition's two roles.
+   */
+  private grantPoolPermissions(pool: RoleService, worker: RoleService): void {
+    const clusterArn = this.cluster.cluster.clusterArn;
+    const inCluster = { ArnEquals: { "ecs:cluster": clusterArn } };
+    const clusterName = this.cluster.cluster.clusterName;
+    const arn = (resource: string, resourceName: string) =>
+      this.formatArn({ service: "ecs", resource, resourceName, arnFormat: ArnFormat.SLASH_RESOURCE_NAME });
+    pool.taskRole.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        actions: ["ecs:RunTask"],
+        resources: [
+          this.formatArn({
+            service: "ecs",
+            resource: "task-definition",
+            resourceName: `${worker.taskDefinition.family}:*`,
+            arnFormat: ArnFormat.SLASH_RESOURCE_NAME,
+          }),
+        ],
+        conditions: inCluster,
+      }),
+    );
+    pool.taskRole.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        actions: ["ecs:StopTask", "ecs:DescribeTasks"],
+        resources: [arn("task", `${clusterName}/*`)],
+        conditions: inCluster,
+      }),
+    );
+    pool.taskRole.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        actions: ["ecs:TagResource"],
+        resources: [arn("task", `${clusterName}/*`)],
+        conditions: { StringEquals: { "ecs:CreateAction": "RunTask" } },
+      }),
+    );
+    pool.taskRole.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        actions: ["ecs:ListTasks"],
+        resources: [arn("container-instance", `${clusterName}/*`)],
+        conditions: inCluster,
+      }),
+    );
+    const roles = [worker.taskDefinition.taskRole, worker.taskDefinition.executionRole].filter(
+      (role): role is iam.IRole => role !== undefined,
+    );
+    pool.taskRole.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        actions: ["iam:PassRole"],
+        resources: roles.map((role) => role.roleArn),
+        conditions: { StringEquals: { "iam:PassedToService": "ecs-tasks.amazonaws.com" } },
+      }),
+    );
+    NagSuppressions.addResourceSuppressions(
+      pool.taskRole,
+      [
+        {
+          id: "AwsSolutions-IAM5",
+          reason:
+            "Env pool: task ids are unknown before RunTask, so StopTask/DescribeTasks/TagResource name this cluster's " +
+            "tasks (task/<cluster>/*) with an ecs:cluster condition; ListTasks only accepts container-instance " +
+            "resources; RunTask names the env task definition's family at any revision.",
+          appliesTo: [
+            {
+              regex:
+                "/^Resource::arn:<AWS::Partition>:ecs:<AWS::Region>:<AWS::AccountId>:(task|container-instance)\\/<[A-Za-z0-9]+>\\/\\*$/",
+            },
+            {
+              regex:
+                "/^Resource::arn:<AWS::Partition>:ecs:<AWS::Region>:<AWS::AccountId>:task-definition\\/[A-Za-z0-9-]+:\\*$/",
+            },
+          ],
+        },
+      ],
+      true,
+    );
   }
 }

@@ -11,7 +11,16 @@ import { applyOverride, type ExperimentConfig, envOverrides, parseConfig } from 
  */
 
 /** Roles a container can play; `AGENTRL_ROLE` picks one. */
-export const CONTAINER_ROLES = ["controller", "env", "policy", "trainer", "feeder", "rollout", "sweep"] as const;
+export const CONTAINER_ROLES = [
+  "controller",
+  "env",
+  "envpool",
+  "policy",
+  "trainer",
+  "feeder",
+  "rollout",
+  "sweep",
+] as const;
 export const ContainerRole = z.enum(CONTAINER_ROLES);
 export type ContainerRole = z.infer<typeof ContainerRole>;
 
@@ -70,6 +79,21 @@ export const ContainerEnv = z.discriminatedUnion(
       AGENTRL_HOST: host,
       /** Host the controller calls this worker back at. @default the task's own IPv4 address (its ENI in awsvpc mode) */
       AGENTRL_ADVERTISE_HOST: nonEmpty.optional(),
+    }),
+    pipelineRole("envpool", {
+      /** Task whose workers this pool manages; must be in the config's task mix. */
+      AGENTRL_TASK: nonEmpty,
+      AGENTRL_CONTROLLER_URL: httpUrl,
+      AGENTRL_ECS_CLUSTER: nonEmpty,
+      /** The env task definition of this task (family or ARN) the pool runs with RunTask. */
+      AGENTRL_ENV_TASK_DEFINITION: nonEmpty,
+      /** Comma-separated subnet ids of the env tasks. */
+      AGENTRL_ENV_SUBNETS: nonEmpty,
+      /** Comma-separated security group ids of the env tasks. */
+      AGENTRL_ENV_SECURITY_GROUPS: nonEmpty,
+      AGENTRL_ENV_CAPACITY_PROVIDER: z
+        .enum(["FARGATE", "FARGATE_SPOT"], { error: "must be FARGATE or FARGATE_SPOT" })
+        .default("FARGATE"),
     }),
     pipelineRole("policy", {
       AGENTRL_POLICY_POOL: z.enum(["current", "stale"], { error: "must be current or stale" }),
@@ -183,13 +207,16 @@ export async function resolveContainerConfig(
     ...(env.AWS_REGION ? { region: env.AWS_REGION } : {}),
     ...(env.AGENTRL_AWS_ENDPOINT ? { endpoint: env.AGENTRL_AWS_ENDPOINT } : {}),
   };
-  if (env.AGENTRL_ROLE === "env" || env.AGENTRL_ROLE === "rollout") {
+  if (env.AGENTRL_ROLE === "env" || env.AGENTRL_ROLE === "envpool" || env.AGENTRL_ROLE === "rollout") {
     const tasks = typeof raw.tasks === "object" && raw.tasks !== null ? raw.tasks : {};
     raw.tasks = { ...tasks, controllerUrl: env.AGENTRL_CONTROLLER_URL };
   }
   for (const assignment of envOverrides(options.rawEnv ?? {})) applyOverride(raw, assignment);
   const config = parseConfig(raw);
-  if (env.AGENTRL_ROLE === "env" && !config.tasks.mix.some((entry) => entry.name === env.AGENTRL_TASK))
+  if (
+    (env.AGENTRL_ROLE === "env" || env.AGENTRL_ROLE === "envpool") &&
+    !config.tasks.mix.some((entry) => entry.name === env.AGENTRL_TASK)
+  )
     throw new ValidationError("container environment", [
       {
         path: "AGENTRL_TASK",

@@ -58,6 +58,9 @@ export const KEY_PREFIXES = {
 export const ROLE_ACCESS: Readonly<Record<ContainerRole, RoleAccess>> = {
   controller: { queues: {}, stores: [] },
   env: { queues: {}, stores: [] },
+  // The env pool counts queued rollout requests as demand; its ECS rights (RunTask, StopTask)
+  // are granted apart, in infra's compute stack.
+  envpool: { queues: { "rollout-requests": ["depth"] }, stores: [] },
   policy: {
     queues: {},
     stores: [{ store: "checkpoints", prefix: KEY_PREFIXES.policies, use: ["read"] }],

@@ -11,8 +11,47 @@ export const TaskMixEntry = z
     /** Train instances drawn from; smaller sets are replicated up to the largest (reference section 4). */
     trainInstances: z.number().int().min(1).default(10_000).describe("train indices used"),
     concurrency: z.number().int().min(1).default(16).describe("sessions per env worker"),
+    // Env pool (functions/envpool/, `agentrl env pool`): how the task's workers are launched and recycled.
+    minWorkers: z.number().int().min(0).default(1).describe("env pool: fewest workers kept running"),
+    maxWorkers: z.number().int().min(1).default(4).describe("env pool: most workers run at once"),
+    maxEpisodes: z
+      .number()
+      .int()
+      .min(1)
+      .optional()
+      .describe("env pool: a worker drains and is replaced after starting this many sessions (default unlimited)"),
+    maxAgeSeconds: z
+      .number()
+      .int()
+      .min(1)
+      .optional()
+      .describe("env pool: a worker drains and is replaced after this many seconds (default unlimited)"),
+    warmWorkers: z
+      .number()
+      .int()
+      .min(0)
+      .default(0)
+      .describe("env pool: idle ready workers kept beyond demand, hiding start latency"),
+    exclusive: z
+      .boolean()
+      .default(false)
+      .describe("env pool: each episode gets a fresh worker of its own (concurrency 1, retired after it)"),
   })
-  .strict();
+  .strict()
+  .superRefine((entry, ctx) => {
+    if (entry.minWorkers > entry.maxWorkers)
+      ctx.addIssue({
+        code: "custom",
+        path: ["minWorkers"],
+        message: `${entry.minWorkers} exceeds maxWorkers (${entry.maxWorkers})`,
+      });
+    if (entry.warmWorkers > entry.maxWorkers)
+      ctx.addIssue({
+        code: "custom",
+        path: ["warmWorkers"],
+        message: `${entry.warmWorkers} exceeds maxWorkers (${entry.maxWorkers})`,
+      });
+  });
 
 export const TasksConfig = z
   .object({

@@ -222,6 +222,16 @@ export class ControllerClient {
     return parseBody(response, ListWorkersResponse, "list_workers answer");
   }
 
+  /** POST /api/drain_worker: the controller routes no new session to the worker at `address`. */
+  async drainWorker(address: string): Promise<void> {
+    const response = await this.send(
+      "drain_worker",
+      { method: "POST", body: JSON.stringify({ address }) },
+      { timeoutMs: this.shortTimeoutMs, retry: "transient" },
+    );
+    await response.body?.cancel();
+  }
+
   private async send(
     path: string,
     init: { method: string; body?: string; headers?: Record<string, string> },

@@ -43,7 +43,21 @@ export interface ServeTaskOptions {
   readonly envSecret?: string;
   /** Body limit, header/request timeouts and connection cap of the server. @default limits.http defaults */
   readonly httpLimits?: HttpLimitsConfig;
+  /** Reuse limits: the worker drains itself once they are reached (see {@link WorkerLimits}). */
+  readonly limits?: WorkerLimits;
   readonly log?: Logger;
+}
+
+/**
+ * When a worker stops taking sessions. Enforced by the worker itself so that the limit is exact
+ * (the Nth session is the last one, however fast starts arrive); the pool manager then stops it
+ * once its running sessions have finished.
+ */
+export interface WorkerLimits {
+  /** Sessions started before the worker drains. @default unlimited */
+  readonly maxEpisodes?: number;
+  /** Age after which the worker drains. @default unlimited */
+  readonly maxAgeMs?: number;
 }
 
 export interface RunningWorker {
@@ -53,6 +67,8 @@ export interface RunningWorker {
   readonly address: string;
   /** Sessions currently open. */
   readonly sessionCount: number;
+  /** Takes no new session (limits reached or drained). */
+  readonly draining: boolean;
   /** Sends one heartbeat now (also sent every heartbeatMs). */
   heartbeat(): Promise<void>;
   /** Stops heartbeats, cancels every session (their episodes' signals fire) and closes the server. */
@@ -78,6 +94,11 @@ export class TaskWorker {
   private readonly tools: ToolSpec[];
   private readonly indices: number[];
   private readonly sweepTimer: NodeJS.Timeout;
+  private readonly startedAt = Date.now();
+  private episodes = 0;
+  private drainReason: string | undefined;
+  /** Called once when the worker starts draining (serveTask sends a heartbeat at once). */
+  onDrain: () => void = () => {};
 
   constructor(
     readonly task: TaskDefinition,
@@ -86,9 +107,14 @@ export class TaskWorker {
     private readonly log: Logger,
     private readonly envSecret?: string,
     private readonly httpLimits: HttpLimitsConfig = DEFAULT_HTTP_LIMITS,
+    private readonly limits: WorkerLimits = {},
   ) {
     if (!Number.isInteger(concurrency) || concurrency < 1)
       throw new RangeError(`concurrency must be >= 1, got ${concurrency}`);
+    if (limits.maxEpisodes !== undefined && !(Number.isInteger(limits.maxEpisodes) && limits.maxEpisodes >= 1))
+      throw new RangeError(`maxEpisodes must be an integer >= 1, got ${limits.maxEpisodes}`);
+    if (limits.maxAgeMs !== undefined && !(limits.maxAgeMs > 0))
+      throw new RangeError(`maxAgeMs must be > 0, got ${limits.maxAgeMs}`);
     this.tools = toolSpecs(task);
     this.indices = taskIndices(task);
     this.sweepTimer = setInterval(() => this.expireIdle(), Math.max(20, Math.min(5_000, idleTimeoutMs / 4)));
@@ -101,6 +127,28 @@ export class TaskWorker {
 
   get allIndices(): readonly number[] {
     return this.indices;
+  }
+
+  get draining(): boolean {
+    this.checkAge();
+    return this.drainReason !== undefined;
+  }
+
+  /** Stops taking sessions (idempotent); running sessions go on until they finish. */
+  drain(reason: string): void {
+    if (this.drainReason !== undefined) return;
+    this.drainReason = reason;
+    this.log.info(
+      { task: this.task.name, reason, episodes: this.episodes, open: this.sessions.size },
+      "worker draining",
+    );
+    this.onDrain();
+  }
+
+  private checkAge(): void {
+    const { maxAgeMs } = this.limits;
+    if (maxAgeMs !== undefined && this.drainReason === undefined && Date.now() - this.startedAt >= maxAgeMs)
+      this.drain(`max age ${maxAgeMs} ms reached`);
   }
 
   /** The Hono app serving the worker endpoints under /api. */
@@ -124,8 +172,14 @@ export class TaskWorker {
         name: this.task.name,
         concurrency: this.concurrency,
         current: this.sessions.size,
+        draining: this.draining,
+        episodes: this.episodes,
       } satisfies WorkerStatusResponse),
     );
+    app.post("/api/drain", (c) => {
+      this.drain("drained by request");
+      return c.json({ draining: true, current: this.sessions.size });
+    });
     app.get("/api/get_indices", (c) => c.json(this.indices));
     app.post("/api/calculate_overall", async (c) =>
       c.json(calculateOverall((await readJson(c, CalculateOverall, "calculate_overall body")).results)),
@@ -138,6 +192,8 @@ export class TaskWorker {
     if (this.sessions.size >= this.concurrency) {
       throw new HttpError(406, `sample concurrency limit reached: ${this.concurrency}`);
     }
+    // A draining worker answers like a full one: the controller tries another worker.
+    if (this.draining) throw new HttpError(406, `worker draining (${this.drainReason})`);
     if (!inSplits(this.task, body.index)) {
       throw new HttpError(
         400,
@@ -153,6 +209,9 @@ export class TaskWorker {
       busy: true,
     };
     this.sessions.set(session.id, session);
+    this.episodes += 1;
+    if (this.limits.maxEpisodes !== undefined && this.episodes >= this.limits.maxEpisodes)
+      this.drain(`max episodes ${this.limits.maxEpisodes} reached`);
     let episode: EpisodeSession;
     try {
       episode = new EpisodeSession(this.task, await this.task.start(body.index, session.abort.signal));
@@ -222,10 +281,19 @@ export class TaskWorker {
   }
 
   heartbeatBody(address: string): Heartbeat {
-    return { name: this.task.name, address, concurrency: this.concurrency, indices: this.indices };
+    return {
+      name: this.task.name,
+      address,
+      concurrency: this.concurrency,
+      indices: this.indices,
+      draining: this.draining,
+      episodes: this.episodes,
+      started_at: this.startedAt / 1000,
+    };
   }
 
   private expireIdle(): void {
+    this.checkAge();
     const cutoff = Date.now() - this.idleTimeoutMs;
     for (const session of this.sessions.values()) {
       if (!session.busy && session.lastActive < cutoff) {
@@ -264,6 +332,7 @@ export async function serveTask(
     log,
     options.envSecret,
     options.httpLimits,
+    options.limits,
   );
   const server = await listen(
     worker.app(),
@@ -297,6 +366,8 @@ export async function serveTask(
   };
   const timer = setInterval(() => void heartbeat(), options.heartbeatMs ?? 8_000);
   timer.unref();
+  // Tell the controller at once, so it stops routing here before the next periodic heartbeat.
+  worker.onDrain = () => void heartbeat();
   await heartbeat();
 
   return {
@@ -304,6 +375,9 @@ export async function serveTask(
     address,
     get sessionCount() {
       return worker.sessionCount;
+    },
+    get draining() {
+      return worker.draining;
     },
     heartbeat,
     async close() {

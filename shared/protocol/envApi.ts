@@ -62,6 +62,12 @@ export const Heartbeat = z.object({
   address: z.url({ protocol: /^https?$/, error: "must be an http(s) URL" }),
   concurrency: z.number().int().positive(),
   indices: z.array(z.number().int().nonnegative()),
+  /** The worker takes no new session (retiring after its episode or age limit, or drained by its pool). */
+  draining: z.boolean().optional(),
+  /** Sessions this worker has started since it came up (reuse limits count these). */
+  episodes: z.number().int().nonnegative().optional(),
+  /** When the worker came up, in seconds since the epoch. */
+  started_at: z.number().nonnegative().optional(),
 });
 export type Heartbeat = z.infer<typeof Heartbeat>;
 
@@ -112,6 +118,8 @@ export const WorkerStatusResponse = z.object({
   name: z.string(),
   concurrency: z.number().int(),
   current: z.number().int(),
+  draining: z.boolean().optional(),
+  episodes: z.number().int().optional(),
 });
 export type WorkerStatusResponse = z.infer<typeof WorkerStatusResponse>;
 
@@ -127,14 +135,29 @@ export const WorkerInfo = z.object({
   current: z.number().int(),
   last_visit: z.number(),
   status: WorkerState,
+  /** Routed no new session (see POST /api/drain_worker); absent from controllers without pools. */
+  draining: z.boolean().optional(),
+  /** Sessions started on this worker (the larger of the controller's and the worker's count). */
+  episodes: z.number().int().optional(),
+  /** When the worker came up (seconds since the epoch), as its heartbeat says. */
+  started_at: z.number().optional(),
 });
 export type WorkerInfo = z.infer<typeof WorkerInfo>;
 
 /** Controller: GET /api/list_workers -> `{ "<task>": { indices, workers: { "<id>": WorkerInfo } } }`. */
 export const ListWorkersResponse = z.record(
   z.string(),
-  z.object({ indices: z.array(z.number().int()), workers: z.record(z.string(), WorkerInfo) }),
+  z.object({
+    indices: z.array(z.number().int()),
+    workers: z.record(z.string(), WorkerInfo),
+    /** start_sample calls answered 406 (no free slot) for this task since the controller started. */
+    rejected: z.number().int().optional(),
+  }),
 );
+
+/** Controller: POST /api/drain_worker: route no new session to the worker at `address`. */
+export const DrainWorker = z.object({ address: z.string().url() });
+export type DrainWorker = z.infer<typeof DrainWorker>;
 export type ListWorkersResponse = z.infer<typeof ListWorkersResponse>;
 
 /** Controller: one session as GET /api/list_sessions reports it. */

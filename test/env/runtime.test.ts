@@ -196,11 +196,16 @@ describe("session lifetime", () => {
   it("reconciles: sessions a worker holds that the controller does not know are cancelled", async () => {
     stack = await startStack([{ concurrency: 4 }], { reconcileIntervalMs: 100 });
     const worker = stack.workers[0];
+    const kept = await stack.client.startSample("example", 8);
     const orphan = await postJson(`${worker?.address}/start_sample`, { index: 7, session_id: 123 });
     expect(orphan.status).toBe(200);
-    const kept = await stack.client.startSample("example", 8);
-    expect(worker?.sessionCount).toBe(2);
+    // The next reconcile (every 100 ms) may already have run: wait for its result, not its start.
     await waitFor(() => worker?.sessionCount === 1, 5_000, "orphan cancelled");
+    const gone = await postJson(`${worker?.address}/interact`, {
+      session_id: 123,
+      messages: [call("add", { a: 1, b: 1 })],
+    });
+    expect(gone.status).toBe(404);
     await expect(stack.client.interact(kept.sessionId, call("add", { a: 1, b: 1 }))).resolves.toMatchObject({
       status: "running",
     });

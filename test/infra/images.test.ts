@@ -1,13 +1,16 @@
 import { type ChildProcess, spawn } from "node:child_process";
-import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { Stack } from "aws-cdk-lib";
 import { afterAll, describe, expect, it } from "vitest";
+import { RoleImages } from "../../infra/constructs/images.ts";
 import { CONTAINER_COMMAND } from "../../infra/constructs/roleService.ts";
+import { plannedImages } from "../../infra/images/build.ts";
 import { CONTAINER_ROLES } from "../../shared/config/containerEnv.ts";
 import { type CliResult, runProcess } from "../support/cli.ts";
 import { freePort } from "../support/moto.ts";
 import { tempDir } from "../support/tmp.ts";
-import { REPOSITORY_ROOT } from "./synth.ts";
+import { REPOSITORY_ROOT, testApp } from "./synth.ts";
 
 /** The CMD (exec form) and the roles label of a Dockerfile's final stage. */
 function parseDockerfile(file: string): { cmd: string[]; roles: string[] } {
@@ -20,9 +23,6 @@ function parseDockerfile(file: string): { cmd: string[]; roles: string[] } {
 }
 
 const CORE_IMAGES = ["functions/Dockerfile", "trainer-image/Dockerfile"];
-const envImages = readdirSync(join(REPOSITORY_ROOT, "env-images"), { withFileTypes: true })
-  .filter((entry) => entry.isDirectory() && existsSync(join(REPOSITORY_ROOT, "env-images", entry.name, "Dockerfile")))
-  .map((entry) => `env-images/${entry.name}/Dockerfile`);
 
 const resources = {
   AGENTRL_QUEUE_PREFIX: "imgtest",
@@ -156,7 +156,7 @@ describe("images", () => {
     });
   }, 120_000);
 
-  it("the controller and env workers (functions image and every env image) start and register", async () => {
+  it("the controller and an env worker of every shipped task (all from the functions image) start and register", async () => {
     const functions = parseDockerfile("functions/Dockerfile").cmd;
     const controllerPort = await freePort();
     const line = await startCmd(
@@ -167,42 +167,70 @@ describe("images", () => {
     );
     expect((JSON.parse(line) as { url: string }).url).toContain(String(controllerPort));
     const controllerUrl = `http://127.0.0.1:${controllerPort}`;
-    const tasks = envImages.map((file) => file.split("/")[1] as string);
-    await Promise.all([
-      // An env worker of the functions image, configured only through the typed environment.
-      startCmd(
-        functions,
-        {
-          ...resources,
-          AGENTRL_ROLE: "env",
-          AGENTRL_TASK: "example",
-          AGENTRL_CONTROLLER_URL: controllerUrl,
-          AGENTRL_HOST: "127.0.0.1",
-          AGENTRL_ADVERTISE_HOST: "127.0.0.1",
-          AGENTRL_PORT: String(await freePort()),
-        },
-        [],
-        /"event":"listening"/,
-      ),
-      // Each env image's own CMD, given the flags it expects.
-      ...envImages.map(async (file, i) => {
-        const { cmd } = parseDockerfile(file);
-        expect(cmd.slice(-3)).toEqual(["env", "serve", tasks[i]]);
-        const ready = await startCmd(
-          cmd,
-          {},
-          ["--controller", controllerUrl, "--host", "127.0.0.1", "--port", "0"],
+    const tasks = ["example", "db"];
+    await Promise.all(
+      tasks.map(async (task) =>
+        // An env worker of the functions image, configured only through the typed environment.
+        startCmd(
+          functions,
+          {
+            ...resources,
+            AGENTRL_CONFIG_JSON: JSON.stringify({ tasks: { mix: tasks.map((name) => ({ name })) } }),
+            AGENTRL_ROLE: "env",
+            AGENTRL_TASK: task,
+            AGENTRL_CONTROLLER_URL: controllerUrl,
+            AGENTRL_HOST: "127.0.0.1",
+            AGENTRL_ADVERTISE_HOST: "127.0.0.1",
+            AGENTRL_PORT: String(await freePort()),
+          },
+          [],
           /"event":"listening"/,
-        );
-        expect(ready).toContain(`"task":"${tasks[i]}"`);
-      }),
-    ]);
-    const expected = ["example", ...tasks];
+        ),
+      ),
+    );
     let workers = "";
-    for (let attempt = 0; attempt < 100 && !expected.every((task) => workers.includes(`"${task}"`)); attempt++) {
+    for (let attempt = 0; attempt < 100 && !tasks.every((task) => workers.includes(`"${task}"`)); attempt++) {
       workers = await (await fetch(`${controllerUrl}/api/list_workers`)).text();
       await new Promise((r) => setTimeout(r, 200));
     }
-    for (const task of expected) expect(workers).toContain(`"${task}"`);
+    for (const task of tasks) expect(workers).toContain(`"${task}"`);
   }, 180_000);
+});
+
+describe("which images the app builds (issue 25: one image for every task)", () => {
+  it("serves every task's env worker from the functions image unless the task ships its own Dockerfile", () => {
+    // A repository with a task that needs its own image (system packages, a simulator).
+    const root = tempDir("agentrl-images-root-");
+    for (const file of ["functions/Dockerfile", "trainer-image/Dockerfile", RoleImages.envDockerfile("sim")]) {
+      mkdirSync(join(root, file, ".."), { recursive: true });
+      writeFileSync(join(root, file), "FROM scratch\n");
+    }
+    const images = new RoleImages(new Stack(testApp(), "Images"), "Images", { repositoryRoot: root });
+    expect(images.env("db")).toBe(images.functions);
+    expect(images.env("os")).toBe(images.functions);
+    expect(images.env("sim")).not.toBe(images.functions);
+    expect(images.env("sim")).toBe(images.env("sim"));
+    expect(images.builds.map((b) => b.file)).toEqual([
+      "functions/Dockerfile",
+      "trainer-image/Dockerfile",
+      "env-images/sim/Dockerfile",
+    ]);
+  });
+
+  it("the shipped tasks need no image of their own, and the build context leaves out what images must not hold", async () => {
+    // The quickstart app runs all five tasks.
+    const planned = await plannedImages();
+    expect(planned.map((b) => [b.name, b.file])).toEqual([
+      ["functions", "functions/Dockerfile"],
+      ["trainer-cpu", "trainer-image/Dockerfile"],
+    ]);
+    const ignored = readFileSync(join(REPOSITORY_ROOT, ".dockerignore"), "utf8")
+      .split("\n")
+      .filter((line) => line.trim() !== "" && !line.startsWith("#"));
+    for (const pattern of ["node_modules", "**/node_modules", ".git", "test", "bench", "runs", ".agentrl", ".env"])
+      expect(ignored).toContain(pattern);
+    // BuildKit prefers <Dockerfile>.dockerignore to the root file: none may exist, or the root one is bypassed.
+    for (const file of ["functions/Dockerfile", "trainer-image/Dockerfile"])
+      expect(existsSync(join(REPOSITORY_ROOT, `${file}.dockerignore`)), file).toBe(false);
+  });
 });

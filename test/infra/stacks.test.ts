@@ -192,6 +192,7 @@ describe("compute stack", () => {
         "policy:current",
         "policy:stale",
         ...TASK_NAMES.map((task) => `env:${task}`),
+        ...TASK_NAMES.map((task) => `envpool:${task}`),
       ].sort(),
     );
     for (const [key, { container, env }] of roles) {
@@ -213,6 +214,7 @@ describe("compute stack", () => {
     const expected: Record<string, string[]> = {
       controller: ["AGENTRL_CONTROLLER_SECRET", "AGENTRL_ENV_SECRET"],
       "env:db": ["AGENTRL_ENV_SECRET"],
+      "envpool:db": ["AGENTRL_CONTROLLER_SECRET"],
       "policy:current": ["AGENTRL_POLICY_API_KEY"],
       rollout: ["AGENTRL_CONTROLLER_SECRET", "AGENTRL_POLICY_API_KEY"],
       trainer: [],
@@ -228,6 +230,40 @@ describe("compute stack", () => {
     }
     for (const template of Object.values(templates))
       expect(JSON.stringify(template.toJSON())).not.toMatch(/"SecretString"|AGENTRL_ENV_SECRET=/);
+  });
+
+  it("leaves env workers to their pools: no service runs them, each pool may only run, list, stop and pass its own", () => {
+    const roles = taskDefinitionsByRole(templates.compute);
+    const services = resourcesOf(templates.compute, "AWS::ECS::Service").map(([, s]) =>
+      JSON.stringify(s.Properties.TaskDefinition),
+    );
+    const db = roles.get("env:db");
+    const pool = roles.get("envpool:db");
+    if (!db || !pool) throw new Error("env:db or envpool:db missing");
+    expect(services).not.toContain(JSON.stringify({ Ref: db.id }));
+    expect(services).toContain(JSON.stringify({ Ref: pool.id }));
+    expect(pool.env.AGENTRL_ENV_CAPACITY_PROVIDER).toBe("FARGATE");
+    const statements = taskRoleStatements(templates.compute, pool.id);
+    const actions = statements.flatMap((s) => s.actions).sort();
+    // ECS and PassRole for its workers; the depth of rollout-requests (its demand) from the role-access table.
+    expect(actions).toEqual(
+      [
+        "ecs:DescribeTasks",
+        "ecs:ListTasks",
+        "ecs:RunTask",
+        "ecs:StopTask",
+        "ecs:TagResource",
+        "iam:PassRole",
+        "sqs:GetQueueAttributes",
+        "sqs:GetQueueUrl",
+      ].sort(),
+    );
+    const family = (templates.compute.toJSON().Resources[db.id] as Resource).Properties.Family as string;
+    const run = statements.find((s) => s.actions.includes("ecs:RunTask"));
+    expect(run?.resources.join()).toContain(`task-definition/${family}:*`);
+    const pass = statements.find((s) => s.actions.includes("iam:PassRole"));
+    expect(pass?.resources).toHaveLength(2);
+    for (const statement of statements) expect(statement.resources).not.toContain("*");
   });
 
   it("puts the trainer and both policy servers on the GPU capacity provider with one GPU each", () => {
@@ -298,9 +334,14 @@ describe("compute stack", () => {
         "env:db",
       ]),
     );
+    // The env pool's ECS and PassRole statements are outside the table (their own test is above).
+    const isPoolStatement = (raw: unknown) =>
+      [(raw as PolicyStatement).Action].flat().every((action) => /^(ecs:|iam:PassRole$)/.test(action));
     for (const definition of definitions) {
       const granted = new Set<string>();
-      for (const raw of definition.statements) {
+      if (definition.role !== "envpool")
+        expect(definition.statements.filter(isPoolStatement), definition.key).toEqual([]);
+      for (const raw of definition.statements.filter((statement) => !isPoolStatement(statement))) {
         const statement = resolveIntrinsics(raw, importValue) as PolicyStatement;
         expect(statement.Effect).toBe("Allow");
         for (const action of [statement.Action].flat())

@@ -30,12 +30,15 @@ export function setDummyAwsCredentials(): void {
   process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= "true";
 }
 
-/** Starts `python3 -m moto.server` on a free port and waits until it answers (slow to import on a busy machine). */
-export async function startMoto(timeoutMs = 55_000): Promise<MotoServer> {
+/**
+ * Starts `python3 -m moto.server` on a free port and waits until it answers (slow to import on a
+ * busy machine). `host` is the address it binds (containers reach it at one of the host's own).
+ */
+export async function startMoto(timeoutMs = 55_000, host = "127.0.0.1"): Promise<MotoServer> {
   setDummyAwsCredentials();
   const port = await freePort();
-  const endpoint = `http://127.0.0.1:${port}`;
-  const child: ChildProcess = spawn("python3", ["-m", "moto.server", "-H", "127.0.0.1", "-p", String(port)], {
+  const endpoint = `http://${host}:${port}`;
+  const child: ChildProcess = spawn("python3", ["-m", "moto.server", "-H", host, "-p", String(port)], {
     stdio: ["ignore", "ignore", "pipe"],
   });
   let stderr = "";

@@ -1,0 +1,186 @@
+import { join } from "node:path";
+import { type Command, InvalidArgumentError, Option } from "commander";
+import { AgentRlError } from "../../shared/errors.ts";
+import { intOption } from "./controller.ts";
+
+interface PoolCliOptions {
+  controller: string;
+  task: string;
+  driver: "process" | "ecs";
+  config?: string;
+  min?: number;
+  max?: number;
+  maxEpisodes?: number;
+  maxAge?: number;
+  warm?: number;
+  exclusive?: boolean;
+  concurrency?: number;
+  tickMs: number;
+  heartbeatMs: number;
+  stateDir?: string;
+  ecsCluster?: string;
+  ecsTaskDefinition?: string;
+  ecsContainer: string;
+  ecsSubnets?: string[];
+  ecsSecurityGroups?: string[];
+  ecsCapacityProvider: "FARGATE" | "FARGATE_SPOT";
+}
+
+/** `agentrl env pool`: the env pool manager of one task (functions/envpool/). */
+export function registerPool(env: Command): void {
+  env
+    .command("pool")
+    .description(
+      "launch, recycle and scale one task's env workers (child processes or ECS tasks) to match demand; " +
+        "defaults come from the task's tasks.mix entry of --config",
+    )
+    .requiredOption("--controller <url>", "controller URL, e.g. http://127.0.0.1:5020")
+    .requiredOption("--task <name>", "task the pool serves")
+    .addOption(new Option("--driver <kind>", "where workers run").choices(["process", "ecs"]).default("process"))
+    .option("--config <file>", "experiment config (YAML/JSON) whose tasks.mix entry gives the defaults")
+    .option("--min <n>", "fewest workers (tasks.mix[].minWorkers)", intOption("--min", 0))
+    .option("--max <n>", "most workers (tasks.mix[].maxWorkers)", intOption("--max", 1))
+    .option(
+      "--max-episodes <n>",
+      "retire a worker after N sessions (tasks.mix[].maxEpisodes)",
+      intOption("--max-episodes", 1),
+    )
+    .option("--max-age <s>", "retire a worker after S seconds (tasks.mix[].maxAgeSeconds)", intOption("--max-age", 1))
+    .option("--warm <n>", "idle workers kept ready beyond demand (tasks.mix[].warmWorkers)", intOption("--warm", 0))
+    .option("--exclusive", "one fresh worker per episode (tasks.mix[].exclusive)")
+    .option("--concurrency <n>", "sessions per worker (tasks.mix[].concurrency)", intOption("--concurrency", 1))
+    .option("--tick-ms <n>", "time between two decisions", intOption("--tick-ms", 50), 1_000)
+    .option("--heartbeat-ms <n>", "heartbeat period of process workers", intOption("--heartbeat-ms", 10), 2_000)
+    .option("--state-dir <dir>", "process driver: folder of worker pid files (a restarted pool adopts them)")
+    .option("--ecs-cluster <name>", "ecs driver: cluster name or ARN")
+    .option("--ecs-task-definition <td>", "ecs driver: the env task definition (family[:revision] or ARN)")
+    .option("--ecs-container <name>", "ecs driver: container running the worker", "Role")
+    .option("--ecs-subnets <ids>", "ecs driver: comma-separated subnet ids", listOption("--ecs-subnets"))
+    .option(
+      "--ecs-security-groups <ids>",
+      "ecs driver: comma-separated security group ids",
+      listOption("--ecs-security-groups"),
+    )
+    .addOption(
+      new Option("--ecs-capacity-provider <name>", "ecs driver: capacity provider")
+        .choices(["FARGATE", "FARGATE_SPOT"])
+        .default("FARGATE"),
+    )
+    .action(async (options: PoolCliOptions) => {
+      const [{ loadConfig, TaskMixEntry }, { createLogger }, { PoolManager }] = await Promise.all([
+        import("../../shared/config/index.ts"),
+        import("../../shared/log.ts"),
+        import("../../functions/envpool/manager.ts"),
+      ]);
+      const config = options.config ? await loadConfig(options.config) : undefined;
+      const entry =
+        config?.tasks.mix.find((e) => e.name === options.task) ?? TaskMixEntry.parse({ name: options.task });
+      if (config && !config.tasks.mix.some((e) => e.name === options.task))
+        throw new AgentRlError(
+          `--task ${options.task} is not in the config's task mix (${config.tasks.mix.map((e) => e.name).join(", ")})`,
+        );
+      const minWorkers = options.min ?? entry.minWorkers;
+      const maxWorkers = options.max ?? entry.maxWorkers;
+      if (minWorkers > maxWorkers) throw new AgentRlError(`--min ${minWorkers} exceeds --max ${maxWorkers}`);
+      const log = createLogger({ role: "envpool", task: options.task });
+      const driver = await makeDriver(options, config?.experimentId ?? "default", log);
+      const maxEpisodes = options.maxEpisodes ?? entry.maxEpisodes;
+      const maxAgeSeconds = options.maxAge ?? entry.maxAgeSeconds;
+      const { readSecrets } = await import("../../shared/security/secrets.ts");
+      const { controllerSecret } = readSecrets();
+      // With a config, queued rollout requests count as demand (this task's weight share of them).
+      const transport = config
+        ? await (await import("../../shared/transport/index.ts")).createRoleTransport(config.transport, "envpool")
+        : undefined;
+      const { queuedDemand } = await import("../../functions/envpool/policy.ts");
+      const totalWeight = config?.tasks.mix.reduce((sum, e) => sum + e.weight, 0) ?? 0;
+      const requests = transport?.queue("rollout-requests");
+      const manager = new PoolManager({
+        task: options.task,
+        controllerUrl: options.controller,
+        ...(controllerSecret ? { controllerToken: controllerSecret } : {}),
+        driver,
+        minWorkers,
+        maxWorkers,
+        concurrency: options.concurrency ?? entry.concurrency,
+        ...(maxEpisodes !== undefined ? { maxEpisodes } : {}),
+        ...(maxAgeSeconds !== undefined ? { maxAgeSeconds } : {}),
+        warmWorkers: options.warm ?? entry.warmWorkers,
+        exclusive: options.exclusive ?? entry.exclusive,
+        tickMs: options.tickMs,
+        ...(requests
+          ? {
+              pendingDemand: async () =>
+                queuedDemand((await requests.approximateDepth()).visible, entry.weight, totalWeight),
+            }
+          : {}),
+        log,
+      });
+      manager.start();
+      process.stdout.write(
+        `${JSON.stringify({ event: "started", role: "envpool", task: options.task, driver: driver.kind, minWorkers, maxWorkers })}\n`,
+      );
+      const stop = () =>
+        void manager
+          .close()
+          .then(() => transport?.close())
+          .then(() => process.exit(0));
+      process.once("SIGINT", stop);
+      process.once("SIGTERM", stop);
+    });
+}
+
+async function makeDriver(options: PoolCliOptions, experimentId: string, log: import("../../shared/log.ts").Logger) {
+  if (options.driver === "process") {
+    const { ProcessDriver } = await import("../../functions/envpool/processDriver.ts");
+    const { tmpdir } = await import("node:os");
+    return new ProcessDriver({
+      task: options.task,
+      controllerUrl: options.controller,
+      stateDir: options.stateDir ?? join(tmpdir(), "agentrl-envpool", options.task),
+      heartbeatMs: options.heartbeatMs,
+      log,
+    });
+  }
+  const missing = (
+    [
+      ["--ecs-cluster", options.ecsCluster],
+      ["--ecs-task-definition", options.ecsTaskDefinition],
+      ["--ecs-subnets", options.ecsSubnets],
+    ] as const
+  )
+    .filter(([, value]) => value === undefined)
+    .map(([flag]) => flag);
+  if (missing.length > 0 || !options.ecsCluster || !options.ecsTaskDefinition || !options.ecsSubnets)
+    throw new AgentRlError(`--driver ecs needs ${missing.join(", ")}`);
+  const [{ ECSClient }, { EcsDriver, sdkEcsCalls }] = await Promise.all([
+    import("@aws-sdk/client-ecs"),
+    import("../../functions/envpool/ecsDriver.ts"),
+  ]);
+  const endpoint = process.env.AGENTRL_AWS_ENDPOINT;
+  // One attempt per SDK call: the driver's own backoff answers throttling.
+  const client = new ECSClient({ maxAttempts: 1, ...(endpoint ? { endpoint } : {}) });
+  return new EcsDriver({
+    ecs: sdkEcsCalls(client),
+    cluster: options.ecsCluster,
+    taskDefinition: options.ecsTaskDefinition,
+    containerName: options.ecsContainer,
+    subnets: options.ecsSubnets,
+    securityGroups: options.ecsSecurityGroups ?? [],
+    capacityProvider: options.ecsCapacityProvider,
+    experimentId,
+    task: options.task,
+    log,
+  });
+}
+
+function listOption(flag: string): (value: string) => string[] {
+  return (value: string) => {
+    const items = value
+      .split(",")
+      .map((s) => s.trim())
+      .filter(Boolean);
+    if (items.length === 0) throw new InvalidArgumentError(`${flag} must list at least one id, got "${value}"`);
+    return items;
+  };
+}

@@ -1,0 +1,181 @@
+import { type ChildProcess, spawn } from "node:child_process";
+import { closeSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { createServer } from "node:net";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { z } from "zod";
+import type { Logger } from "../../shared/log.ts";
+import type { DriverWorker, LaunchSpec, WorkerDriver } from "./driver.ts";
+
+/** The package entry a worker process starts from (`agentrl env serve`). */
+const AGENTRL_BIN = fileURLToPath(new URL("../../bin/agentrl.mjs", import.meta.url));
+
+export interface ProcessDriverOptions {
+  /** Task every worker of this pool serves. */
+  readonly task: string;
+  readonly controllerUrl: string;
+  /**
+   * Folder of one pid file per running worker: the process driver's ListTasks. A restarted
+   * manager pointed at the same folder adopts the workers listed there.
+   */
+  readonly stateDir: string;
+  /** Folder of the workers' output (`env-<task>-<n>.log`). @default stateDir */
+  readonly logDir?: string;
+  /** Heartbeat period of the workers. @default 2000 */
+  readonly heartbeatMs?: number;
+  /** SIGKILL a worker this long after SIGTERM. @default 5000 */
+  readonly stopGraceMs?: number;
+  readonly log: Logger;
+}
+
+const PidFile = z.object({
+  pid: z.number().int().positive(),
+  task: z.string(),
+  address: z.string(),
+  launchedAt: z.number(),
+});
+type PidFile = z.infer<typeof PidFile>;
+
+/**
+ * Env workers as child processes of this machine (`agentrl env serve <task> --port P`), each
+ * recorded in `<stateDir>/<pid>.json` so that listing works across manager restarts. The port is
+ * chosen here, so the worker's controller address is known at launch.
+ */
+export class ProcessDriver implements WorkerDriver {
+  readonly kind = "process";
+  private readonly children = new Map<number, ChildProcess>();
+  private sequence = 0;
+
+  constructor(private readonly options: ProcessDriverOptions) {
+    mkdirSync(options.stateDir, { recursive: true });
+    mkdirSync(options.logDir ?? options.stateDir, { recursive: true });
+  }
+
+  async launch(spec: LaunchSpec): Promise<DriverWorker> {
+    const { task, controllerUrl } = this.options;
+    const port = await freePort();
+    const args = [
+      AGENTRL_BIN,
+      "env",
+      "serve",
+      task,
+      "--controller",
+      controllerUrl,
+      "--port",
+      String(port),
+      "--concurrency",
+      String(spec.concurrency),
+      "--heartbeat-ms",
+      String(this.options.heartbeatMs ?? 2_000),
+    ];
+    if (spec.maxEpisodes !== undefined) args.push("--max-episodes", String(spec.maxEpisodes));
+    if (spec.maxAgeSeconds !== undefined) args.push("--max-age", String(spec.maxAgeSeconds));
+    const launchedAt = Date.now();
+    const logFile = join(
+      this.options.logDir ?? this.options.stateDir,
+      `env-${task}-${launchedAt}-${this.sequence++}.log`,
+    );
+    const out = openSync(logFile, "a");
+    let child: ChildProcess;
+    try {
+      // Output goes to a file, not a pipe, so a worker outlives a manager that dies (and is adopted).
+      child = spawn(process.execPath, args, { stdio: ["ignore", out, out] });
+    } finally {
+      closeSync(out);
+    }
+    const pid = child.pid;
+    if (pid === undefined) throw new Error(`could not start an env worker for ${task} (see ${logFile})`);
+    this.children.set(pid, child);
+    child.once("exit", () => {
+      this.children.delete(pid);
+      rmSync(this.pidFile(pid), { force: true });
+    });
+    const record: PidFile = { pid, task, address: `http://127.0.0.1:${port}/api`, launchedAt };
+    writeFileSync(this.pidFile(pid), JSON.stringify(record));
+    return { id: `pid:${pid}`, address: record.address, state: "running", launchedAt };
+  }
+
+  async stop(id: string, reason: string): Promise<void> {
+    const pid = pidOf(id);
+    if (!isAlive(pid)) {
+      rmSync(this.pidFile(pid), { force: true });
+      return;
+    }
+    this.options.log.info({ pid, reason }, "stopping env worker process");
+    process.kill(pid, "SIGTERM");
+    const deadline = Date.now() + (this.options.stopGraceMs ?? 5_000);
+    while (isAlive(pid) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    if (isAlive(pid)) process.kill(pid, "SIGKILL");
+    rmSync(this.pidFile(pid), { force: true });
+  }
+
+  async list(): Promise<DriverWorker[]> {
+    const out: DriverWorker[] = [];
+    mkdirSync(this.options.stateDir, { recursive: true });
+    for (const name of readdirSync(this.options.stateDir)) {
+      if (!name.endsWith(".json")) continue;
+      const file = join(this.options.stateDir, name);
+      const parsed = PidFile.safeParse(readJson(file));
+      if (!parsed.success || parsed.data.task !== this.options.task) continue;
+      const { pid, address, launchedAt } = parsed.data;
+      const alive = isAlive(pid) && isWorkerProcess(pid, this.options.task);
+      // A dead worker is reported once as stopped (the manager counts it), then forgotten.
+      if (!alive) rmSync(file, { force: true });
+      out.push({ id: `pid:${pid}`, address, state: alive ? "running" : "stopped", launchedAt });
+    }
+    return out;
+  }
+
+  private pidFile(pid: number): string {
+    return join(this.options.stateDir, `${pid}.json`);
+  }
+}
+
+function pidOf(id: string): number {
+  const pid = Number(id.replace(/^pid:/, ""));
+  if (!Number.isSafeInteger(pid) || pid <= 0) throw new Error(`not a process worker id: ${id}`);
+  return pid;
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Guards against a recycled pid: the process must still be an `env serve` of this task (Linux /proc). */
+function isWorkerProcess(pid: number, task: string): boolean {
+  let cmdline: string;
+  try {
+    cmdline = readFileSync(`/proc/${pid}/cmdline`, "utf8");
+  } catch {
+    return true; // no /proc (macOS): trust the signal check
+  }
+  const args = cmdline.split("\0");
+  const serve = args.indexOf("serve");
+  return serve > 0 && args[serve - 1] === "env" && args[serve + 1] === task;
+}
+
+function readJson(file: string): unknown {
+  try {
+    return JSON.parse(readFileSync(file, "utf8"));
+  } catch {
+    return undefined;
+  }
+}
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.unref();
+    server.on("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const address = server.address();
+      const port = typeof address === "object" && address ? address.port : 0;
+      server.close(() => resolve(port));
+    });
+  });
+}
