@@ -1,12 +1,12 @@
 import { existsSync, statSync } from "node:fs";
 import { fileURLToPath } from "node:url";
-import { ChatCodec } from "../../shared/chat/index.ts";
+import { codecOfVersion } from "../../shared/chat/checkpoint.ts";
 import type { ExperimentConfig } from "../../shared/config/index.ts";
 import { AgentRlError } from "../../shared/errors.ts";
 import { listen } from "../../shared/http.ts";
 import type { Logger } from "../../shared/log.ts";
 import { loadCheckpoint } from "../../shared/model/checkpoint.ts";
-import { hfCheckpointStore, isHfFolder, loadHfPolicy, modelTokenizerConfig } from "../../shared/model/hf/index.ts";
+import { hfCheckpointStore, isHfFolder, loadHfPolicy } from "../../shared/model/hf/index.ts";
 import { initBackend } from "../../shared/model/index.ts";
 import { newestVersion } from "../../shared/protocol/checkpoints.ts";
 import { createRoleTransport } from "../../shared/transport/index.ts";
@@ -117,11 +117,8 @@ export async function servePolicy(options: ServePolicyOptions): Promise<RunningP
   );
   log.info({ backend }, "tf.js backend ready");
   const loaded = await loadCheckpoint(starting.store, first);
-  // An imported model keeps its own chat template (hf.json); otherwise the project's.
-  const modelTemplate = await modelTokenizerConfig(starting.store, loaded.manifest);
-  const codec = modelTemplate
-    ? ChatCodec.fromModelFiles(JSON.parse(loaded.tokenizerJson), modelTemplate)
-    : ChatCodec.fromTokenizerJson(JSON.parse(loaded.tokenizerJson));
+  // An imported model keeps its own chat template (hf.json); the rollout workers load the same codec.
+  const codec = await codecOfVersion(starting.store, loaded.manifest);
   if (codec.tokenizer.size > loaded.config.vocabSize)
     throw new PolicyServerStartError(
       `tokenizer has ${codec.tokenizer.size} ids but the model's vocabSize is ${loaded.config.vocabSize}`,
