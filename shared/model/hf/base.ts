@@ -1,7 +1,6 @@
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import type { PolicyConfig } from "../../config/policy.ts";
-import { LocalObjectStore } from "../../transport/local.ts";
 import type { ObjectStore } from "../../transport/types.ts";
 
 /** True when `dir` looks like a transformers model folder (config.json, and no policies/ of a checkpoint folder). */
@@ -12,11 +11,15 @@ export function isHfFolder(dir: string): boolean {
 /**
  * The store behind a folder `policy.base` or `policy.init` names: a checkpoint folder as it is, or
  * a Hugging Face folder imported in memory as version 0 (with hf.json: its chat template and
- * architecture travel on). TF.js loads only in the second case, so callers stay light otherwise.
+ * architecture travel on). Imports are lazy (TF.js only in the second case), so the CLI modules
+ * that check a folder with `isHfFolder` stay light.
  * @example await copyVersion(await checkpointFolderStore(config.policy.base, config.policy.backend), store, 0)
  */
 export async function checkpointFolderStore(dir: string, backend: PolicyConfig["backend"]): Promise<ObjectStore> {
-  if (!isHfFolder(dir)) return new LocalObjectStore(dir);
+  if (!isHfFolder(dir)) {
+    const { LocalObjectStore } = await import("../../transport/local.ts");
+    return new LocalObjectStore(dir);
+  }
   const [{ initBackend }, { hfCheckpointStore }] = await Promise.all([import("../backend.ts"), import("./folder.ts")]);
   await initBackend(backend);
   return hfCheckpointStore(dir);
