@@ -1,6 +1,7 @@
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
+import { gpuCheck } from "../../scripts/gpu-check.ts";
 import { loadConfig } from "../../shared/config/index.ts";
 import { ModelConfig } from "../../shared/config/policy.ts";
 import { modelConfigFromHf } from "../../shared/model/hf/index.ts";
@@ -88,20 +89,35 @@ describe("training memory estimate", () => {
         sequenceTokens: config.rollout.maxTotalTokens,
       }),
     );
-  }, 60_000);
+  }, 120_000);
 });
 
 describe("scripts/gpu-check", () => {
-  it("says what is missing and exits non-zero without a GPU; its steps run in a CPU dry run", async () => {
+  it("says what is missing and exits non-zero without a GPU or tfjs-node-gpu", async () => {
     const missing = await runProcess(GPU_CHECK, []);
     expect(missing.status).toBe(2);
     expect(missing.stderr).toMatch(/cannot train on a GPU:\n {2}- no NVIDIA GPU: `nvidia-smi -L`/);
-    expect(missing.stderr).toMatch(/@tensorflow\/tfjs-node-gpu: not installed/);
+    expect(missing.stderr).toMatch(/@tensorflow\/tfjs-node-gpu is not installed/);
+  }, 120_000);
+
+  it("runs its train steps and decode in a CPU dry run", async () => {
     const tiny = join(tempDir("agentrl-gpu-check-"), "tiny");
     writeTinyHfFolder(tiny);
-    const dry = await runProcess(GPU_CHECK, [tiny, "--cpu-dry-run", "--steps", "1", "--tokens", "32", "--batch", "2"]);
-    expect(dry.status, dry.stderr).toBe(0);
-    expect(dry.stdout).toMatch(/train step 1: [\d.]+ s, \d+ tokens\/s, loss [\d.]+/);
-    expect(dry.stdout).toMatch(/decode 2 × 64 tokens: \d+ tokens\/s/);
-  }, 60_000);
+    let out = "";
+    let err = "";
+    const code = await gpuCheck([tiny, "--cpu-dry-run", "--steps", "1", "--tokens", "32", "--batch", "2"], {
+      out: (text) => {
+        out += text;
+      },
+      err: (text) => {
+        err += text;
+      },
+    });
+    expect(code, err).toBe(0);
+    expect(out).toMatch(/train step 1: [\d.]+ s, \d+ tokens\/s, loss [\d.]+/);
+    expect(out).toMatch(/decode 2 × 64 tokens: \d+ tokens\/s/);
+    const refused: string[] = [];
+    expect(await gpuCheck(["--steps", "0"], { out: () => {}, err: (text) => refused.push(text) })).toBe(1);
+    expect(refused.join("")).toMatch(/--steps must be an integer >= 1, got "0"/);
+  }, 120_000);
 });
