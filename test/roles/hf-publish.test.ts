@@ -186,7 +186,10 @@ describe("policy.exportHf + policy.syncEngines: publish → adapter → engine l
     expect(() =>
       parseConfig({ policy: { exportHf: true, syncEngines: [{ url: "http://e:8000", dialect: "trt" }] } }),
     ).toThrow(/policy\.syncEngines\[0\]\.dialect/);
-    const checkpoints = new LocalObjectStore(join(work, "checkpoints"));
+    const base = join(work, "refusals-hf");
+    writeTinyHfFolder(base, { seed: 3 });
+    const checkpoints = new LocalObjectStore(join(work, "refusals-checkpoints"));
+    await importHfFolder(base, checkpoints);
     const served = await servePolicy({
       config: parseConfig({ policy: { backend: "wasm", maxBatch: 1, init: "0" } }),
       pool: "current",
