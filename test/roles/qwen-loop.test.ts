@@ -10,6 +10,7 @@ import { initBackend } from "../../shared/model/index.ts";
 import { PolicyClient } from "../../shared/policy/client.ts";
 import type { RolloutRequest } from "../../shared/protocol/messages.ts";
 import { ChatCompletionResponse, type ChatMessage, type ToolSpec } from "../../shared/protocol/openai.ts";
+import { LocalObjectStore } from "../../shared/transport/local.ts";
 import { MemoryObjectStore } from "../../shared/transport/memory.ts";
 import { type RunningPolicyServer, servePolicy } from "../../trainer-image/policy-server/serve.ts";
 import { writeTinyHfFolder } from "../support/hf-tiny.ts";
@@ -90,11 +91,12 @@ function recordingFetch(exchanges: Exchange[]): typeof fetch {
 
 describe("the agent loop against a served model with the real Qwen vocabulary and chat template", () => {
   let server: RunningPolicyServer;
-  let hfDir: string;
+  const work = tempDir("agentrl-qwen-loop-");
+  const checkpointDir = join(work, "checkpoint");
 
   beforeAll(async () => {
     await initBackend("wasm");
-    hfDir = join(tempDir("agentrl-qwen-loop-"), "tiny-qwen");
+    const hfDir = join(work, "tiny-qwen");
     writeTinyHfFolder(hfDir, {
       tied: true,
       vocab: QWEN_VOCAB,
@@ -104,8 +106,9 @@ describe("the agent loop against a served model with the real Qwen vocabulary an
         tokenizerConfig: readFileSync(join(QWEN, "tokenizer_config.json"), "utf8"),
       },
     });
-    // The server imports the folder itself (policy.init naming a Hugging Face folder).
-    const config = parseConfig({ policy: { backend: "wasm", init: hfDir, maxBatch: 2 } });
+    // Imported once into a checkpoint folder, which the server and the rollout both load from.
+    await importHfFolder(hfDir, new LocalObjectStore(checkpointDir));
+    const config = parseConfig({ policy: { backend: "wasm", init: checkpointDir, maxBatch: 2 } });
     server = await servePolicy({
       config,
       pool: "current",
@@ -121,10 +124,8 @@ describe("the agent loop against a served model with the real Qwen vocabulary an
   });
 
   it("over 6 tool turns the trajectory is exactly the ids the server received and produced, rendered with Qwen's template on both sides", async () => {
-    // The rollout side loads its codec from an imported checkpoint (tokenizer.json + hf.json's template).
-    const checkpoints = new MemoryObjectStore();
-    await importHfFolder(hfDir, checkpoints);
-    const codec = await loadCodec(checkpoints, 1_000);
+    // The rollout side loads its codec from the checkpoint (tokenizer.json + hf.json's template).
+    const codec = await loadCodec(new LocalObjectStore(checkpointDir), 1_000);
     const config = parseConfig({
       rollout: { maxTurns: 10, maxTokensPerTurn: 5, maxTotalTokens: 1800, crossPolicy: { enabled: false } },
     });
