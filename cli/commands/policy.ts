@@ -6,6 +6,7 @@ import { createLogger } from "../../shared/log.ts";
 import { configFromOptions, withConfigOptions } from "../options.ts";
 import { intOption } from "./controller.ts";
 import { registerHfCommands } from "./policy-hf.ts";
+import { registerMemoryCommand } from "./policy-memory.ts";
 
 /** `agentrl policy serve`: the OpenAI-compatible policy server following the checkpoint store. */
 export function register(program: Command): void {
@@ -67,6 +68,7 @@ export function register(program: Command): void {
     },
   );
   registerHfCommands(policy);
+  registerMemoryCommand(policy);
 }
 
 /** `--pin <folder|version>` as a policy.init override; a bad value names the option and what is allowed. */

@@ -4,6 +4,7 @@ import { type Command, InvalidArgumentError } from "commander";
 import type { ExperimentConfig } from "../../shared/config/index.ts";
 import { parseConfig } from "../../shared/config/index.ts";
 import { ValidationError } from "../../shared/errors.ts";
+import { isHfFolder } from "../../shared/model/hf/base.ts";
 import { BASE_CHECKPOINT_DIR, runPipeline } from "../launch/pipeline.ts";
 import { createProgressView } from "../launch/progress.ts";
 import { configFromOptions, withConfigOptions } from "../options.ts";
@@ -59,16 +60,22 @@ function withFlags(config: ExperimentConfig, options: TrainOptions): ExperimentC
   });
 }
 
-/** `--base`, else the config's `policy.base`, else the committed warm-up; a named folder must hold a checkpoint. */
+/**
+ * `--base`, else the config's `policy.base`, else the committed warm-up; a named folder must hold
+ * a checkpoint or be a Hugging Face model folder (imported as v0 when the run starts).
+ */
 export function baseCheckpointOf(config: ExperimentConfig, options: TrainOptions): string {
   const [path, base] = options.base
     ? ["--base", options.base]
     : config.policy.base
       ? ["policy.base", config.policy.base]
       : ["", BASE_CHECKPOINT_DIR];
-  if (path && !existsSync(join(base, "policies")))
+  if (path && !existsSync(join(base, "policies")) && !isHfFolder(base))
     throw new ValidationError("options", [
-      { path, message: `${base} holds no checkpoint (expected policies/v<N>/ in it)` },
+      {
+        path,
+        message: `${base} holds no checkpoint (expected policies/v<N>/ in it) and is no Hugging Face model folder (config.json + safetensors)`,
+      },
     ]);
   return resolve(base);
 }

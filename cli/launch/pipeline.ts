@@ -4,11 +4,11 @@ import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { ExperimentConfig } from "../../shared/config/index.ts";
 import { createLogger, type Logger } from "../../shared/log.ts";
+import { checkpointFolderStore } from "../../shared/model/hf/base.ts";
 import { copyVersion, newestVersion, versionPrefix } from "../../shared/protocol/checkpoints.ts";
 import type { EvalReport, StepMetrics } from "../../shared/protocol/metrics.ts";
 import { secretEnv, withGeneratedSecrets } from "../../shared/security/secrets.ts";
 import { createTransport } from "../../shared/transport/index.ts";
-import { LocalObjectStore } from "../../shared/transport/local.ts";
 import type { ObjectStore } from "../../shared/transport/types.ts";
 import { evalComparisonMarkdown, readMetrics, writeRunReport } from "../report/report.ts";
 import { evalTasks, runEval, samplingSuffix } from "./eval.ts";
@@ -71,7 +71,14 @@ export async function runPipeline(options: PipelineOptions): Promise<PipelineRes
   let interrupted = false;
   const evals: EvalReport[] = [];
   try {
-    const baseVersion = await ensureBaseVersion(checkpoints, options.baseCheckpoint, supervisor, configFile, log);
+    const baseVersion = await ensureBaseVersion(
+      checkpoints,
+      options.baseCheckpoint,
+      config.policy.backend,
+      supervisor,
+      configFile,
+      log,
+    );
     const controllerUrl = await startEnvStack(supervisor, {
       ...(config.tasks.controllerUrl ? { controllerUrl: config.tasks.controllerUrl } : {}),
       tasks: config.tasks.mix.map((t) => ({ name: t.name, concurrency: t.concurrency })),
@@ -194,10 +201,20 @@ export function withRunTransport(config: ExperimentConfig, runDir: string): Expe
   return { ...config, transport: { ...config.transport, localDir: join(runDir, "transport") } };
 }
 
+/** Copies a base into `store` as v0: version 0 of a checkpoint folder, or a Hugging Face folder imported (with hf.json). */
+export async function importBase(
+  store: ObjectStore,
+  baseCheckpoint: string,
+  backend: ExperimentConfig["policy"]["backend"],
+): Promise<void> {
+  await copyVersion(await checkpointFolderStore(baseCheckpoint, backend), store, 0);
+}
+
 /** Makes sure version 0 (or some version) exists: import the committed base, else run the SFT warm-up. */
 async function ensureBaseVersion(
   store: ObjectStore,
   baseCheckpoint: string | undefined,
+  backend: ExperimentConfig["policy"]["backend"],
   supervisor: Supervisor,
   configFile: string,
   log: Logger,
@@ -205,7 +222,7 @@ async function ensureBaseVersion(
   const existing = await newestVersion(store);
   if (existing !== undefined) return (await listBaseVersion(store)) ?? existing;
   if (baseCheckpoint && existsSync(baseCheckpoint)) {
-    await copyVersion(new LocalObjectStore(baseCheckpoint), store, 0);
+    await importBase(store, baseCheckpoint, backend);
     log.info({ from: baseCheckpoint }, "imported the base checkpoint as v0");
     return 0;
   }

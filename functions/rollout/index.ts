@@ -1,9 +1,10 @@
 /** The rollout role: the agent loop with cross-policy sampling, as a queue consumer. */
-import { ChatCodec } from "../../shared/chat/codec.ts";
+import { codecOfVersion } from "../../shared/chat/checkpoint.ts";
+import type { ChatCodec } from "../../shared/chat/codec.ts";
 import type { ExperimentConfig } from "../../shared/config/index.ts";
 import { ControllerClient } from "../../shared/env/client.ts";
 import { AgentRlError } from "../../shared/errors.ts";
-import { newestVersion, versionPrefix } from "../../shared/protocol/checkpoints.ts";
+import { newestVersion, readManifest } from "../../shared/protocol/checkpoints.ts";
 import { readSecrets, type Secrets } from "../../shared/security/secrets.ts";
 import type { ObjectStore, Transport } from "../../shared/transport/types.ts";
 import { PolicyPool, type PoolUrls } from "./pool.ts";
@@ -14,8 +15,9 @@ export * from "./pool.ts";
 export * from "./worker.ts";
 
 /**
- * The chat codec of the newest published policy (its tokenizer.json), waiting up to `timeoutMs`
- * for a first version to appear.
+ * The chat codec of the newest published policy (its tokenizer.json, and the model's own chat
+ * template when it was imported from Hugging Face: the same codec the policy server loads),
+ * waiting up to `timeoutMs` for a first version to appear.
  */
 export async function loadCodec(
   checkpoints: ObjectStore,
@@ -25,10 +27,7 @@ export async function loadCodec(
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const version = await newestVersion(checkpoints);
-    if (version !== undefined) {
-      const text = await checkpoints.getText(`${versionPrefix(version)}tokenizer.json`);
-      if (text !== undefined) return ChatCodec.fromTokenizerJson(JSON.parse(text));
-    }
+    if (version !== undefined) return codecOfVersion(checkpoints, await readManifest(checkpoints, version));
     if (Date.now() > deadline || signal?.aborted)
       throw new AgentRlError(`no policy version with a tokenizer in the checkpoint store after ${timeoutMs} ms`);
     await new Promise((resolve) => setTimeout(resolve, 500));

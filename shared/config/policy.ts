@@ -26,6 +26,44 @@ export const ModelConfig = z
   });
 export type ModelConfig = z.infer<typeof ModelConfig>;
 
+/** An inference engine the trainer tells to load each exported version (`policy.syncEngines`). */
+export const SyncEngineConfig = z
+  .object({
+    /** The engine's root URL (SGLang's /update_weights_from_disk, vLLM's dev-mode /collective_rpc live there). */
+    url: z.url({ protocol: /^https?$/, error: "must be an http(s) URL" }).describe("engine root URL"),
+    /**
+     * `sglang`: POST /update_weights_from_disk (SGLang, and this project's policy server); `vllm`:
+     * POST /collective_rpc update_config + reload_weights (vLLM started with VLLM_SERVER_DEV_MODE=1).
+     */
+    dialect: z.enum(["sglang", "vllm"]).default("sglang").describe("how the engine loads weights from disk"),
+    /** Environment variable holding the engine's API key, sent as `Authorization: Bearer`. */
+    apiKeyEnv: z
+      .string()
+      .regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "must be an environment variable name")
+      .optional()
+      .describe("env var with the engine's bearer key"),
+    /**
+     * Where the engine sees the checkpoint store's root (a shared volume); the engine loads
+     * `<checkpointMount>/policies/vN/hf`. Unset: the local store's folder on this machine.
+     */
+    checkpointMount: z.string().min(1).optional().describe("sglang: checkpoint store root as the engine sees it"),
+    /**
+     * vllm: the folder the engine was started on (`vllm serve <modelDir>`), writable by the trainer:
+     * each version's files replace the folder's before the reload (vLLM reloads from where it started).
+     */
+    modelDir: z.string().min(1).optional().describe("vllm: the folder the engine serves (replaced per version)"),
+  })
+  .strict()
+  .superRefine((e, ctx) => {
+    if (e.dialect === "vllm" && e.modelDir === undefined)
+      ctx.addIssue({
+        code: "custom",
+        path: ["modelDir"],
+        message: "a vllm engine reloads from the folder it was started on; name it (vllm serve <modelDir>)",
+      });
+  });
+export type SyncEngineConfig = z.infer<typeof SyncEngineConfig>;
+
 export const PolicyConfig = z
   .object({
     model: ModelConfig.prefault({}),
@@ -37,14 +75,15 @@ export const PolicyConfig = z
     maxBatch: z.number().int().min(1).max(512).default(64).describe("continuous batching width"),
     /**
      * Checkpoint folder (relative to the working directory) a run imports as v0 when its store
-     * holds no policy yet; `agentrl train --base` overrides it. Unset: the committed five-task
-     * warm-up, trainer-image/base-policy.
+     * holds no policy yet, or a Hugging Face model folder (imported on the fly, chat template
+     * included); `agentrl train --base` overrides it. Unset: the committed five-task warm-up,
+     * trainer-image/base-policy.
      */
     base: z
       .string()
       .min(1)
       .optional()
-      .describe("base checkpoint folder imported as v0 (default: trainer-image/base-policy)"),
+      .describe("checkpoint or Hugging Face folder imported as v0 (default: trainer-image/base-policy)"),
     /**
      * What a pinned policy server serves (`agentrl policy serve --pin`, the closing evaluation's
      * servers): `newest`, a version number, or a path to a local checkpoint folder. The trainer
@@ -54,7 +93,22 @@ export const PolicyConfig = z
     init: z
       .union([z.string().min(1), z.number().int().nonnegative().transform(String)])
       .default("newest")
-      .describe("version a pinned policy server serves: newest, a version number or a checkpoint folder"),
+      .describe("version a pinned policy server serves: newest, a version number, a checkpoint or Hugging Face folder"),
+    /** At every publish, also write the version as a Hugging Face folder under policies/vN/hf/ (what engines load). */
+    exportHf: z.boolean().default(false).describe("write policies/vN/hf/ (a Hugging Face folder) at every publish"),
+    /** Engines told to load each exported version; one that does not confirm keeps serving (and reporting) its old version. */
+    syncEngines: z
+      .array(SyncEngineConfig)
+      .default([])
+      .describe("inference engines that load each published version from policies/vN/hf/ (needs exportHf)"),
   })
-  .strict();
+  .strict()
+  .superRefine((p, ctx) => {
+    if (p.syncEngines.length > 0 && !p.exportHf)
+      ctx.addIssue({
+        code: "custom",
+        path: ["syncEngines"],
+        message: "engines load policies/vN/hf/, which only policy.exportHf: true writes; set it",
+      });
+  });
 export type PolicyConfig = z.infer<typeof PolicyConfig>;

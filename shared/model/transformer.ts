@@ -131,8 +131,9 @@ export class TransformerPolicy implements InferencePolicy, TrainablePolicy {
   private readonly finalNorm: tf.Variable;
   /** Undefined with tied embeddings: the head is then the transposed embedding table. */
   private readonly lmHead: tf.Variable | undefined;
-  private adamM: Map<string, Float32Array> | undefined;
-  private adamV: Map<string, Float32Array> | undefined;
+  /** Adam's moments, on the device beside the weights (never copied to the host during a step). */
+  private adamM: Map<string, tf.Variable> | undefined;
+  private adamV: Map<string, tf.Variable> | undefined;
   /** Updates folded into adamM/adamV (bias correction); separate from `step`, which a checkpoint restores without moments. */
   private adamT = 0;
   private disposed = false;
@@ -294,38 +295,61 @@ export class TransformerPolicy implements InferencePolicy, TrainablePolicy {
 
   /**
    * The summed gradient of `loss` over all micro-batches, per parameter (checkpoint order), without
-   * touching the weights. trainStep is this plus clipping and Adam.
+   * touching the weights, copied to the host. trainStep is this plus clipping and Adam, on the device.
    */
   gradients(
     sequences: readonly Int32Array[],
     temperature: number,
     loss: (logp: tf.Tensor2D, rows: readonly number[]) => tf.Scalar,
   ): { loss: number; grads: Map<string, Float32Array> } {
+    const { loss: total, grads } = this.accumulateGradients(sequences, temperature, loss);
+    const host = new Map<string, Float32Array>();
+    for (const [name, grad] of grads) {
+      host.set(name, Float32Array.from(grad.dataSync() as Float32Array));
+      grad.dispose();
+    }
+    return { loss: total, grads: host };
+  }
+
+  /**
+   * Gradient accumulation on the device: each micro-batch's gradients are added into one tensor
+   * per parameter; only the summed loss (a scalar) is read back. The caller owns the tensors.
+   */
+  private accumulateGradients(
+    sequences: readonly Int32Array[],
+    temperature: number,
+    loss: (logp: tf.Tensor2D, rows: readonly number[]) => tf.Scalar,
+  ): { loss: number; grads: Map<string, tf.Tensor> } {
     this.assertLive();
     if (!this.trainable) throw new ModelInputError("trainStep: this policy is a frozen snapshot");
     this.checkTemperature(temperature);
     if (sequences.length === 0) throw new ModelInputError("trainStep: sequences is empty");
     for (const [i, s] of sequences.entries()) this.validateTokens(s, `sequences[${i}]`, 2);
     const variables = [...this.params.entries()];
-    const grads = new Map<string, Float32Array>(variables.map(([name, v]) => [name, new Float32Array(v.size)]));
-    let totalLoss = 0;
-    for (const rows of this.microBatches(sequences)) {
-      const { value, grads: g } = tf.variableGrads(
-        () => loss(this.logProbGrid(sequences, rows, temperature), rows),
-        variables.map(([, v]) => v),
-      );
-      totalLoss += value.dataSync()[0]!;
-      value.dispose();
-      for (const [name, v] of variables) {
-        const grad = g[v.name];
-        if (!grad) continue;
-        const acc = grads.get(name)!;
-        const gd = grad.dataSync();
-        for (let i = 0; i < acc.length; i++) acc[i]! += gd[i]!;
-        grad.dispose();
+    const grads = new Map<string, tf.Tensor>();
+    let lossSum: tf.Tensor | undefined;
+    try {
+      for (const rows of this.microBatches(sequences)) {
+        const { value, grads: g } = tf.variableGrads(
+          () => loss(this.logProbGrid(sequences, rows, temperature), rows),
+          variables.map(([, v]) => v),
+        );
+        lossSum = lossSum ? addInto(lossSum, value) : value;
+        for (const [name, v] of variables) {
+          const grad = g[v.name];
+          if (!grad) continue;
+          const sum = grads.get(name);
+          grads.set(name, sum ? addInto(sum, grad) : grad);
+        }
       }
+      for (const [name, v] of variables) if (!grads.has(name)) grads.set(name, tf.zerosLike(v));
+      return { loss: (lossSum as tf.Tensor).dataSync()[0]!, grads };
+    } catch (error) {
+      for (const grad of grads.values()) grad.dispose();
+      throw error;
+    } finally {
+      lossSum?.dispose();
     }
-    return { loss: totalLoss, grads };
   }
 
   trainStep(
@@ -333,22 +357,30 @@ export class TransformerPolicy implements InferencePolicy, TrainablePolicy {
     temperature: number,
     loss: (logp: tf.Tensor2D, rows: readonly number[]) => tf.Scalar,
   ): { loss: number; gradNorm: number } {
-    const { loss: total, grads } = this.gradients(sequences, temperature, loss);
-    return { loss: total, gradNorm: this.applyAdam(grads) };
+    const { loss: total, grads } = this.accumulateGradients(sequences, temperature, loss);
+    try {
+      return { loss: total, gradNorm: this.applyAdam(grads) };
+    } finally {
+      for (const grad of grads.values()) grad.dispose();
+    }
   }
 
-  /** Global-norm clipping and one bias-corrected Adam update, in plain arrays (the parameter count is small). */
-  private applyAdam(grads: Map<string, Float32Array>): number {
+  /**
+   * Global-norm clipping and one bias-corrected Adam update, as TF.js ops on the device: the
+   * weights and moments never leave it; only the gradient norm (one scalar) is read back, to
+   * report it and to refuse a non-finite step.
+   */
+  private applyAdam(grads: ReadonlyMap<string, tf.Tensor>): number {
     const { learningRate: lr, adamBeta1: b1, adamBeta2: b2, adamEps: eps, gradClip } = this.optimizer;
-    let sq = 0;
-    for (const g of grads.values()) for (let i = 0; i < g.length; i++) sq += g[i]! * g[i]!;
-    const gradNorm = Math.sqrt(sq);
+    const squared = tf.tidy(() => tf.addN([...grads.values()].map((g) => tf.sum(tf.square(g)))));
+    const gradNorm = Math.sqrt(squared.dataSync()[0]!);
+    squared.dispose();
     if (!Number.isFinite(gradNorm))
       throw new AgentRlError(`trainStep: gradient norm is ${gradNorm}; weights left unchanged`);
     const clip = gradNorm > gradClip ? gradClip / gradNorm : 1;
     if (!this.adamM || !this.adamV) {
-      this.adamM = new Map([...grads].map(([n, g]) => [n, new Float32Array(g.length)]));
-      this.adamV = new Map([...grads].map(([n, g]) => [n, new Float32Array(g.length)]));
+      this.adamM = this.zeroMoments();
+      this.adamV = this.zeroMoments();
       this.adamT = 0;
     }
     this.step += 1;
@@ -356,28 +388,44 @@ export class TransformerPolicy implements InferencePolicy, TrainablePolicy {
     const c1 = 1 - b1 ** this.adamT;
     const c2 = 1 - b2 ** this.adamT;
     for (const [name, variable] of this.params) {
-      const g = grads.get(name)!;
       const m = this.adamM.get(name)!;
       const v = this.adamV.get(name)!;
-      const w = variable.dataSync() as Float32Array;
-      const next = new Float32Array(w.length);
-      for (let i = 0; i < w.length; i++) {
-        const gi = g[i]! * clip;
-        m[i] = b1 * m[i]! + (1 - b1) * gi;
-        v[i] = b2 * v[i]! + (1 - b2) * gi * gi;
-        next[i] = w[i]! - (lr * (m[i]! / c1)) / (Math.sqrt(v[i]! / c2) + eps);
-      }
-      const t = tf.tensor(next, variable.shape, "float32");
-      variable.assign(t);
-      t.dispose();
+      tf.tidy(() => {
+        const g = tf.mul(grads.get(name)!, clip);
+        const nextM = tf.add(tf.mul(m, b1), tf.mul(g, 1 - b1));
+        const nextV = tf.add(tf.mul(v, b2), tf.mul(tf.square(g), 1 - b2));
+        const update = tf.div(tf.mul(nextM, lr / c1), tf.add(tf.sqrt(tf.div(nextV, c2)), eps));
+        m.assign(nextM);
+        v.assign(nextV);
+        variable.assign(tf.sub(variable, update));
+      });
     }
     return gradNorm;
   }
 
-  /** Adam moments and their update count, or undefined before the first step. */
+  private zeroMoments(): Map<string, tf.Variable> {
+    return new Map(
+      [...this.params].map(([name, p]) => {
+        const zeros = tf.zerosLike(p);
+        const moment = tf.variable(zeros, false);
+        zeros.dispose();
+        return [name, moment] as const;
+      }),
+    );
+  }
+
+  private disposeMoments(): void {
+    for (const moments of [this.adamM, this.adamV]) for (const m of moments?.values() ?? []) m.dispose();
+    this.adamM = undefined;
+    this.adamV = undefined;
+  }
+
+  /** Adam moments and their update count (copied to the host, for a checkpoint), or undefined before the first step. */
   optimizerState(): OptimizerState | undefined {
     if (!this.adamM || !this.adamV) return undefined;
-    return { t: this.adamT, m: new Map(this.adamM), v: new Map(this.adamV) };
+    const copy = (moments: Map<string, tf.Variable>) =>
+      new Map([...moments].map(([name, m]) => [name, Float32Array.from(m.dataSync() as Float32Array)]));
+    return { t: this.adamT, m: copy(this.adamM), v: copy(this.adamV) };
   }
 
   /** Restores Adam moments (e.g. from a checkpoint) so a resumed run continues the same update rule. */
@@ -396,8 +444,18 @@ export class TransformerPolicy implements InferencePolicy, TrainablePolicy {
     }
     if (!Number.isInteger(state.t) || state.t < 1)
       throw new ModelInputError(`optimizer state t: ${state.t} is not allowed (must be an integer ≥ 1)`);
-    this.adamM = new Map([...this.params.keys()].map((n) => [n, Float32Array.from(state.m.get(n)!)]));
-    this.adamV = new Map([...this.params.keys()].map((n) => [n, Float32Array.from(state.v.get(n)!)]));
+    this.disposeMoments();
+    const upload = (map: ReadonlyMap<string, Float32Array>) =>
+      new Map(
+        [...this.params].map(([name, p]) => {
+          const initial = tf.tensor(map.get(name)!, p.shape, "float32");
+          const variable = tf.variable(initial, false);
+          initial.dispose();
+          return [name, variable] as const;
+        }),
+      );
+    this.adamM = upload(state.m);
+    this.adamV = upload(state.v);
     this.adamT = state.t;
   }
 
@@ -434,7 +492,16 @@ export class TransformerPolicy implements InferencePolicy, TrainablePolicy {
     if (this.disposed) return;
     this.disposed = true;
     for (const v of this.params.values()) v.dispose();
+    this.disposeMoments();
   }
+}
+
+/** `sum + addend` as a new tensor; both inputs are disposed (running sums without leaks). */
+function addInto(sum: tf.Tensor, addend: tf.Tensor): tf.Tensor {
+  const next = tf.add(sum, addend);
+  sum.dispose();
+  addend.dispose();
+  return next;
 }
 
 /** Options for createPolicy. */

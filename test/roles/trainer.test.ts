@@ -207,7 +207,8 @@ function recording(transport: Transport, events: string[]): Transport {
           const value = Reflect.get(target, prop, receiver);
           if (prop === "putIfAbsent" || prop === "put")
             return async (key: string, body: string | Uint8Array) => {
-              if (key.endsWith("manifest.json") || key.endsWith("ledger.json")) events.push(`put ${key}`);
+              if (key.endsWith("manifest.json") || key.endsWith("ledger.json") || key.includes("/hf/"))
+                events.push(`put ${key}`);
               return (value as (k: string, b: string | Uint8Array) => Promise<unknown>).call(target, key, body);
             };
           return typeof value === "function" ? value.bind(target) : value;
@@ -283,6 +284,28 @@ describe("runTrainer on the local transport with a tiny model", () => {
     expect(events.indexOf("policy-events.send")).toBeLessThan(firstDelete);
     // no tensor leak from step to step
     expect(tensors[2]).toBe(tensors[0]);
+  });
+
+  it("policy.exportHf: a published version is also a Hugging Face folder, written after its manifest and before its event", async () => {
+    await deliver(transport, batchOf(0));
+    const events: string[] = [];
+    const exporting = config({
+      policy: { backend: "cpu", model: TINY_MODEL, exportHf: true },
+      trainer: { maxSteps: 1 },
+    });
+    await runTrainer(exporting, recording(transport, events), { waitSeconds: 0 });
+    const hf = events.filter((e) => e.startsWith("put policies/v1/hf/"));
+    expect(hf.sort()).toEqual(
+      ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"].map(
+        (f) => `put policies/v1/hf/${f}`,
+      ),
+    );
+    expect(events.indexOf("put policies/v1/manifest.json")).toBeLessThan(
+      events.indexOf("put policies/v1/hf/config.json"),
+    );
+    expect(events.indexOf("put policies/v1/hf/config.json")).toBeLessThan(events.indexOf("policy-events.send"));
+    const exported = JSON.parse((await transport.store("checkpoints").getText("policies/v1/hf/config.json"))!);
+    expect(exported).toMatchObject({ architectures: ["LlamaForCausalLM"], hidden_size: TINY_MODEL.dModel });
   });
 
   it("a trainer killed before publishing resumes from the last version: nothing trained twice, nothing lost", async () => {

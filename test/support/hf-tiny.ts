@@ -13,6 +13,12 @@ export interface TinyHfOptions {
   readonly seed?: number;
   /** Extra config.json fields (to test refusals). */
   readonly configOverrides?: Record<string, unknown>;
+  /** A real model's tokenizer.json and tokenizer_config.json texts instead of a tiny trained one (set `vocab` to fit). */
+  readonly tokenizerFiles?: { readonly tokenizerJson: string; readonly tokenizerConfig: string };
+  /** Embedding rows (vocab_size). @default TINY_HF.vocab */
+  readonly vocab?: number;
+  /** max_position_embeddings. @default TINY_HF.context */
+  readonly context?: number;
 }
 
 /** Sizes of the tiny folder: GQA (4 query heads over 2 kv heads), hidden 32, 2 layers. */
@@ -51,7 +57,8 @@ export function writeTinyHfFolder(dir: string, options: TinyHfOptions = {}): Map
   const architecture = options.architecture ?? "Qwen2ForCausalLM";
   const tied = options.tied ?? false;
   const dtype = options.dtype ?? "F32";
-  const { vocab, hidden: d, intermediate: f, layers, heads, kvHeads } = TINY_HF;
+  const { hidden: d, intermediate: f, layers, heads, kvHeads } = TINY_HF;
+  const vocab = options.vocab ?? TINY_HF.vocab;
   const hd = d / heads;
   const random = normals(options.seed ?? 1);
   const tensors = new Map<string, NamedTensor>();
@@ -108,7 +115,7 @@ export function writeTinyHfFolder(dir: string, options: TinyHfOptions = {}): Map
     num_hidden_layers: layers,
     num_attention_heads: heads,
     num_key_value_heads: kvHeads,
-    max_position_embeddings: TINY_HF.context,
+    max_position_embeddings: options.context ?? TINY_HF.context,
     rope_theta: TINY_HF.ropeTheta,
     rms_norm_eps: TINY_HF.eps,
     tie_word_embeddings: tied,
@@ -123,6 +130,11 @@ export function writeTinyHfFolder(dir: string, options: TinyHfOptions = {}): Map
     ...options.configOverrides,
   };
   writeFileSync(join(dir, "config.json"), JSON.stringify(config, null, 2));
+  if (options.tokenizerFiles) {
+    writeFileSync(join(dir, "tokenizer.json"), options.tokenizerFiles.tokenizerJson);
+    writeFileSync(join(dir, "tokenizer_config.json"), options.tokenizerFiles.tokenizerConfig);
+    return tensors;
+  }
   const corpus = [
     "<|im_start|>user\nWhat is 2 + 3?<|im_end|>\n<|im_start|>assistant\nThe answer is 5.<|im_end|>\n",
     '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>',

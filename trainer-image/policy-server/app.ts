@@ -75,6 +75,7 @@ export function createPolicyServer(options: PolicyServerOptions): PolicyServer {
   const auth = requireBearer(options.apiKey, "policy clients (AGENTRL_POLICY_API_KEY)");
   app.use("/v1/*", auth);
   app.use("/stats", auth);
+  app.use("/update_weights_from_disk", auth); // loading weights is at least as privileged as asking for tokens
 
   app.get("/health", (c) =>
     c.json({ status: "ok", pool, policyVersion: scheduler.policyVersion, ...pick(scheduler.stats()) }),

@@ -1,16 +1,15 @@
 import { existsSync, statSync } from "node:fs";
 import { fileURLToPath } from "node:url";
-import { ChatCodec } from "../../shared/chat/index.ts";
+import { codecOfVersion } from "../../shared/chat/checkpoint.ts";
 import type { ExperimentConfig } from "../../shared/config/index.ts";
 import { AgentRlError } from "../../shared/errors.ts";
 import { listen } from "../../shared/http.ts";
 import type { Logger } from "../../shared/log.ts";
 import { loadCheckpoint } from "../../shared/model/checkpoint.ts";
-import { hfCheckpointStore, isHfFolder, loadHfPolicy, modelTokenizerConfig } from "../../shared/model/hf/index.ts";
+import { checkpointFolderStore, loadHfPolicy } from "../../shared/model/hf/index.ts";
 import { initBackend } from "../../shared/model/index.ts";
 import { newestVersion } from "../../shared/protocol/checkpoints.ts";
 import { createRoleTransport } from "../../shared/transport/index.ts";
-import { LocalObjectStore } from "../../shared/transport/local.ts";
 import type { ObjectStore } from "../../shared/transport/types.ts";
 import { createPolicyServer } from "./app.ts";
 import { CheckpointFollower, type PolicySource, type Pool, targetVersion } from "./follower.ts";
@@ -73,7 +72,7 @@ export async function resolveStartingPolicy(
         `policy.init "${init}" is not allowed: use "newest", a version number, an existing checkpoint folder or a Hugging Face model folder`,
       );
     // A transformers folder (config.json + safetensors) is imported in memory as version 0.
-    const folder = isHfFolder(init) ? await hfCheckpointStore(init) : new LocalObjectStore(init);
+    const folder = await checkpointFolderStore(init, config.policy.backend);
     const newest = await newestVersion(folder);
     if (newest === undefined) throw new PolicyServerStartError(`policy.init folder ${init} holds no policies/vN/`);
     return { store: folder, version: newest, source: `folder ${init}` };
@@ -88,9 +87,9 @@ export async function resolveStartingPolicy(
   const base = config.policy.base ?? DEFAULT_BASE_POLICY_DIR;
   if (!isFolder(base))
     throw new PolicyServerStartError(
-      `the checkpoint store holds no policy version and policy.base "${base}" is not a checkpoint folder; publish one with \`agentrl policy publish --from DIR\``,
+      `the checkpoint store holds no policy version and policy.base "${base}" is not a checkpoint or Hugging Face folder; publish one with \`agentrl policy publish --from DIR\``,
     );
-  const folder = new LocalObjectStore(base);
+  const folder = await checkpointFolderStore(base, config.policy.backend);
   if ((await newestVersion(folder)) === undefined)
     throw new PolicyServerStartError(`policy.base folder ${base} holds no policies/vN/`);
   // v0 exactly: the base is what a run imports as v0, so version numbers keep their meaning.
@@ -117,11 +116,8 @@ export async function servePolicy(options: ServePolicyOptions): Promise<RunningP
   );
   log.info({ backend }, "tf.js backend ready");
   const loaded = await loadCheckpoint(starting.store, first);
-  // An imported model keeps its own chat template (hf.json); otherwise the project's.
-  const modelTemplate = await modelTokenizerConfig(starting.store, loaded.manifest);
-  const codec = modelTemplate
-    ? ChatCodec.fromModelFiles(JSON.parse(loaded.tokenizerJson), modelTemplate)
-    : ChatCodec.fromTokenizerJson(JSON.parse(loaded.tokenizerJson));
+  // An imported model keeps its own chat template (hf.json); the rollout workers load the same codec.
+  const codec = await codecOfVersion(starting.store, loaded.manifest);
   if (codec.tokenizer.size > loaded.config.vocabSize)
     throw new PolicyServerStartError(
       `tokenizer has ${codec.tokenizer.size} ids but the model's vocabSize is ${loaded.config.vocabSize}`,

@@ -12,6 +12,7 @@ import { sleep } from "../../shared/sleep.ts";
 import type { ReceivedMessage, Transport } from "../../shared/transport/types.ts";
 import { prepareBatch } from "./batch.ts";
 import { type BufferedGroup, entriesOf, GroupBuffer, groupsNeeded } from "./buffer.ts";
+import { hfPublisher } from "./hf-publish.ts";
 import { addTotals, type Ledger, readLedger } from "./ledger.ts";
 import { PoisonedTrajectories } from "./load.ts";
 import { lossRows, trainOnRows } from "./loss.ts";
@@ -218,6 +219,12 @@ export async function runTrainer(
       metrics,
       tokenizerJson: loaded.tokenizerJson,
       saveOptimizerState: trainer.saveOptimizerState,
+      ...(config.policy.exportHf
+        ? {
+            hf: hfPublisher(config.policy, { log }),
+            onHfError: (err: unknown) => log.error({ err }, "export-hf failed"),
+          }
+        : {}),
     });
     publishedVersion = version;
     unpublished.clear();

@@ -71,11 +71,6 @@ async function readJsonFile(path: string, what: string, required: boolean): Prom
   return parsed.data;
 }
 
-/** True when `dir` looks like a transformers model folder (config.json naming an architecture). */
-export function isHfFolder(dir: string): boolean {
-  return existsSync(join(dir, "config.json")) && !existsSync(join(dir, "policies"));
-}
-
 /** All tensors of model.safetensors or of the shards model.safetensors.index.json names. */
 async function readWeights(dir: string): Promise<Map<string, NamedTensor>> {
   const indexPath = join(dir, SAFETENSORS_INDEX_FILE);

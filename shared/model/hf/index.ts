@@ -1,4 +1,5 @@
 /** Hugging Face transformers folders (Qwen2, Llama) in and out of this project's checkpoint format. */
+export { checkpointFolderStore, isHfFolder } from "./base.ts";
 export {
   architectureFor,
   HF_ARCHITECTURES,
@@ -16,7 +17,6 @@ export {
   HfMetadata,
   hfCheckpointStore,
   importHfFolder,
-  isHfFolder,
   loadHfPolicy,
   modelTokenizerConfig,
   readHfFolder,
