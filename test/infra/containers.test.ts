@@ -9,14 +9,14 @@ import {
 import { Template } from "aws-cdk-lib/assertions";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { taskAddress } from "../../cli/commands/container.ts";
-import { BASE_CHECKPOINT_DIR, copyVersion } from "../../cli/launch/pipeline.ts";
+import { BASE_CHECKPOINT_DIR } from "../../cli/launch/pipeline.ts";
 import { buildAgentRlApp } from "../../infra/agentRlApp.ts";
 import { type BuiltImage, buildImage, type PlannedImage, plannedImages } from "../../infra/images/build.ts";
 import { type ContainerEngine, detectEngine, exec } from "../../infra/images/engine.ts";
 import { ensureNodeBase } from "../../infra/images/standInBase.ts";
 import { parseContainerEnv, resolveContainerConfig } from "../../shared/config/containerEnv.ts";
 import { loadConfig, parseConfig } from "../../shared/config/index.ts";
-import { listVersions } from "../../shared/model/checkpoint.ts";
+import { copyVersion, listVersions } from "../../shared/protocol/checkpoints.ts";
 import { createTransport } from "../../shared/transport/index.ts";
 import { LocalObjectStore } from "../../shared/transport/local.ts";
 import { type MotoServer, startMoto } from "../support/moto.ts";
