@@ -1,0 +1,341 @@
+/**
+ * A tiny WebAssembly SIMD kernel for decode-time attention, plus the linear memory that holds the
+ * decoder's KV cache.
+ *
+ * Why not TF.js ops: a decode step attends each sequence's one new query to its own cache, whose
+ * length differs per sequence. On the wasm backend the only batched form is a 3-D matMul (~1
+ * GFLOP/s, no faster than plain JS) and a 2-D matMul over all sequences at once would compute
+ * every query against every sequence's keys (n× the work). Plain JS loops ran at ~1 GFLOP/s and
+ * took ~52% of a 64-wide step (profile in notes/issue-24a). Two f32x4 loops are all attention
+ * needs; they are assembled here from bytes (no compiler in the build, nothing to download), and
+ * a plain-JS implementation of the same two functions is kept for head sizes that are not a
+ * multiple of 4 and as the test reference.
+ */
+
+/** Row kernels over float32 data in one linear memory; pointers and sizes are in bytes. */
+export interface RowKernels {
+  /** out[j] = Σ_e q[e] · k[j·stride + e] for j < rows (e over hdBytes/4 floats). */
+  dotRows(q: number, k: number, out: number, rows: number, hdBytes: number, strideBytes: number): void;
+  /** out[e] = Σ_j p[j] · v[j·stride + e] for e < hdBytes/4 (j < rows). */
+  axpyRows(p: number, v: number, out: number, rows: number, hdBytes: number, strideBytes: number): void;
+}
+
+// --- a minimal WebAssembly binary writer (only what the two functions use) ---
+
+const I32 = 0x7f;
+const V128 = 0x7b;
+const op = {
+  block: [0x02, 0x40],
+  loop: [0x03, 0x40],
+  end: [0x0b],
+  brIf: (depth: number) => [0x0d, depth],
+  localGet: (i: number) => [0x20, i],
+  localSet: (i: number) => [0x21, i],
+  localTee: (i: number) => [0x22, i],
+  /** Small non-negative constants only (one-byte signed LEB128). */
+  i32Const: (n: number) => {
+    if (n < 0 || n > 63) throw new Error(`i32Const ${n}: only 0..63 encoded here`);
+    return [0x41, n];
+  },
+  i32Eqz: [0x45],
+  i32LtU: [0x49],
+  i32Add: [0x6a],
+  i32Shl: [0x74],
+  f32Add: [0x92],
+  /** f32.store, 4-byte aligned, offset 0. */
+  f32Store: [0x38, 0x02, 0x00],
+  v128Load: [0xfd, 0x00, 0x02, 0x00],
+  v128Store: [0xfd, 0x0b, 0x02, 0x00],
+  v128Load32Splat: [0xfd, 0x09, 0x02, 0x00],
+  v128Zero: [0xfd, 0x0c, ...new Array<number>(16).fill(0)],
+  f32x4ExtractLane: (lane: number) => [0xfd, 0x1f, lane],
+  f32x4Add: [0xfd, 0xe4, 0x01],
+  f32x4Mul: [0xfd, 0xe6, 0x01],
+};
+
+function uleb(n: number): number[] {
+  const out: number[] = [];
+  do {
+    let byte = n & 0x7f;
+    n >>>= 7;
+    if (n !== 0) byte |= 0x80;
+    out.push(byte);
+  } while (n !== 0);
+  return out;
+}
+
+const vec = (items: number[][]) => [...uleb(items.length), ...items.flat()];
+const section = (id: number, body: number[]) => [id, ...uleb(body.length), ...body];
+const name = (s: string) => [...uleb(s.length), ...Array.from(s, (c) => c.charCodeAt(0))];
+
+// dot_rows(q, k, out, rows, hdBytes, stride); locals 6 j, 7 e, 8 kp, 9 acc
+const dotRowsBody = [
+  ...op.localGet(1),
+  ...op.localSet(8),
+  ...op.block,
+  ...op.localGet(3),
+  ...op.i32Eqz,
+  ...op.brIf(0),
+  ...op.loop,
+  ...op.v128Zero,
+  ...op.localSet(9),
+  ...op.i32Const(0),
+  ...op.localSet(7),
+  ...op.loop,
+  ...op.localGet(9),
+  ...op.localGet(0),
+  ...op.localGet(7),
+  ...op.i32Add,
+  ...op.v128Load,
+  ...op.localGet(8),
+  ...op.localGet(7),
+  ...op.i32Add,
+  ...op.v128Load,
+  ...op.f32x4Mul,
+  ...op.f32x4Add,
+  ...op.localSet(9),
+  ...op.localGet(7),
+  ...op.i32Const(16),
+  ...op.i32Add,
+  ...op.localTee(7),
+  ...op.localGet(4),
+  ...op.i32LtU,
+  ...op.brIf(0),
+  ...op.end,
+  // out[j] = ((l0 + l1) + l2) + l3
+  ...op.localGet(2),
+  ...op.localGet(6),
+  ...op.i32Const(2),
+  ...op.i32Shl,
+  ...op.i32Add,
+  ...op.localGet(9),
+  ...op.f32x4ExtractLane(0),
+  ...op.localGet(9),
+  ...op.f32x4ExtractLane(1),
+  ...op.f32Add,
+  ...op.localGet(9),
+  ...op.f32x4ExtractLane(2),
+  ...op.f32Add,
+  ...op.localGet(9),
+  ...op.f32x4ExtractLane(3),
+  ...op.f32Add,
+  ...op.f32Store,
+  ...op.localGet(8),
+  ...op.localGet(5),
+  ...op.i32Add,
+  ...op.localSet(8),
+  ...op.localGet(6),
+  ...op.i32Const(1),
+  ...op.i32Add,
+  ...op.localTee(6),
+  ...op.localGet(3),
+  ...op.i32LtU,
+  ...op.brIf(0),
+  ...op.end,
+  ...op.end,
+  ...op.end,
+];
+
+// axpy_rows(p, v, out, rows, hdBytes, stride); locals 6 e, 7 j, 8 vp, 9 acc
+const axpyRowsBody = [
+  ...op.block,
+  ...op.localGet(3),
+  ...op.i32Eqz,
+  ...op.brIf(0),
+  ...op.loop,
+  ...op.v128Zero,
+  ...op.localSet(9),
+  ...op.localGet(1),
+  ...op.localGet(6),
+  ...op.i32Add,
+  ...op.localSet(8),
+  ...op.i32Const(0),
+  ...op.localSet(7),
+  ...op.loop,
+  ...op.localGet(9),
+  ...op.localGet(0),
+  ...op.localGet(7),
+  ...op.i32Const(2),
+  ...op.i32Shl,
+  ...op.i32Add,
+  ...op.v128Load32Splat,
+  ...op.localGet(8),
+  ...op.v128Load,
+  ...op.f32x4Mul,
+  ...op.f32x4Add,
+  ...op.localSet(9),
+  ...op.localGet(8),
+  ...op.localGet(5),
+  ...op.i32Add,
+  ...op.localSet(8),
+  ...op.localGet(7),
+  ...op.i32Const(1),
+  ...op.i32Add,
+  ...op.localTee(7),
+  ...op.localGet(3),
+  ...op.i32LtU,
+  ...op.brIf(0),
+  ...op.end,
+  ...op.localGet(2),
+  ...op.localGet(6),
+  ...op.i32Add,
+  ...op.localGet(9),
+  ...op.v128Store,
+  ...op.localGet(6),
+  ...op.i32Const(16),
+  ...op.i32Add,
+  ...op.localTee(6),
+  ...op.localGet(4),
+  ...op.i32LtU,
+  ...op.brIf(0),
+  ...op.end,
+  ...op.end,
+  ...op.end,
+];
+
+/** The module's bytes: one exported memory and the two functions. */
+export function kernelModuleBytes(initialPages: number): Uint8Array {
+  const locals = [...uleb(2), 3, I32, 1, V128];
+  const body = (code: number[]) => {
+    const b = [...locals, ...code];
+    return [...uleb(b.length), ...b];
+  };
+  return Uint8Array.from([
+    ...[0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00],
+    ...section(1, vec([[0x60, ...uleb(6), I32, I32, I32, I32, I32, I32, 0x00]])),
+    ...section(3, vec([[0x00], [0x00]])),
+    ...section(5, vec([[0x00, ...uleb(initialPages)]])),
+    ...section(
+      7,
+      vec([
+        [...name("memory"), 0x02, 0x00],
+        [...name("dot_rows"), 0x00, 0x00],
+        [...name("axpy_rows"), 0x00, 0x01],
+      ]),
+    ),
+    ...section(10, [...uleb(2), ...body(dotRowsBody), ...body(axpyRowsBody)]),
+  ]);
+}
+
+const PAGE_BYTES = 65_536;
+
+/** The slice of the WebAssembly JS API used here (the project's lib setting carries no DOM types). */
+interface WasmMemory {
+  readonly buffer: ArrayBuffer;
+  grow(pages: number): number;
+}
+interface WasmApi {
+  Module: new (bytes: Uint8Array) => object;
+  Instance: new (module: object) => { readonly exports: Record<string, unknown> };
+  Memory: new (descriptor: { initial: number }) => WasmMemory;
+}
+const wasm = (globalThis as unknown as { WebAssembly: WasmApi }).WebAssembly;
+
+/** The same two functions in plain JS over a memory's float32 view (any head size). */
+function jsKernels(floats: () => Float32Array): RowKernels {
+  return {
+    dotRows(q, k, out, rows, hdBytes, strideBytes) {
+      const f = floats();
+      const qi = q >> 2;
+      const hd = hdBytes >> 2;
+      for (let j = 0; j < rows; j++) {
+        const ki = (k + j * strideBytes) >> 2;
+        let dot = 0;
+        for (let e = 0; e < hd; e++) dot += f[qi + e]! * f[ki + e]!;
+        f[(out >> 2) + j] = dot;
+      }
+    },
+    axpyRows(p, v, out, rows, hdBytes, strideBytes) {
+      const f = floats();
+      const hd = hdBytes >> 2;
+      const oi = out >> 2;
+      for (let e = 0; e < hd; e++) f[oi + e] = 0;
+      for (let j = 0; j < rows; j++) {
+        const w = f[(p >> 2) + j]!;
+        const vi = (v + j * strideBytes) >> 2;
+        for (let e = 0; e < hd; e++) f[oi + e]! += w * f[vi + e]!;
+      }
+    },
+  };
+}
+
+/**
+ * Linear memory with a size-class allocator (power-of-two byte blocks, freed blocks reused) and
+ * the row kernels bound to it. Growing the memory detaches old views: always read `floats`.
+ */
+export class KernelMemory {
+  private readonly memory: WasmMemory;
+  readonly kernels: RowKernels;
+  /** True when the SIMD module is in use (else the plain-JS kernels). */
+  readonly simd: boolean;
+  private view: Float32Array;
+  /** Next unallocated byte; 0 is kept unused so that a pointer is never 0. */
+  private top = 64;
+  private readonly freeBlocks = new Map<number, number[]>();
+
+  constructor(options: { simd?: boolean } = {}) {
+    let instance: { readonly exports: Record<string, unknown> } | undefined;
+    if (options.simd !== false) {
+      try {
+        instance = new wasm.Instance(new wasm.Module(kernelModuleBytes(16)));
+      } catch {
+        instance = undefined; // an engine without wasm SIMD: the JS kernels below
+      }
+    }
+    if (instance) {
+      const exports = instance.exports as {
+        memory: WasmMemory;
+        dot_rows: RowKernels["dotRows"];
+        axpy_rows: RowKernels["axpyRows"];
+      };
+      this.memory = exports.memory;
+      this.kernels = { dotRows: exports.dot_rows, axpyRows: exports.axpy_rows };
+      this.simd = true;
+    } else {
+      this.memory = new wasm.Memory({ initial: 16 });
+      this.kernels = jsKernels(() => this.floats);
+      this.simd = false;
+    }
+    this.view = new Float32Array(this.memory.buffer);
+  }
+
+  /** Float32 view of the whole memory (refreshed after growth). */
+  get floats(): Float32Array {
+    if (this.view.buffer !== this.memory.buffer) this.view = new Float32Array(this.memory.buffer);
+    return this.view;
+  }
+
+  /** Bytes a request of `floats` floats occupies (its size class). */
+  static blockBytes(floats: number): number {
+    return Math.max(64, 2 ** Math.ceil(Math.log2(floats * 4)));
+  }
+
+  /** A 16-byte aligned block of at least `floats` floats (contents unspecified); returns its byte offset. */
+  alloc(floats: number): number {
+    const bytes = KernelMemory.blockBytes(floats);
+    const reused = this.freeBlocks.get(bytes)?.pop();
+    if (reused !== undefined) return reused;
+    const at = this.top;
+    const end = at + bytes;
+    if (end > this.memory.buffer.byteLength)
+      this.memory.grow(Math.ceil((end - this.memory.buffer.byteLength) / PAGE_BYTES));
+    this.top = end;
+    return at;
+  }
+
+  /** Returns a block from `alloc(floats)` for reuse. */
+  free(pointer: number, floats: number): void {
+    const bytes = KernelMemory.blockBytes(floats);
+    let list = this.freeBlocks.get(bytes);
+    if (!list) {
+      list = [];
+      this.freeBlocks.set(bytes, list);
+    }
+    list.push(pointer);
+  }
+
+  /** Bytes ever taken from the memory (the wasm memory never shrinks). */
+  get reservedBytes(): number {
+    return this.top;
+  }
+}
