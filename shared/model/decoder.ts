@@ -92,7 +92,7 @@ export class KvDecoder implements Decoder {
     const width = policy.dims.heads * policy.dims.headDim;
     this.scratch = {
       q: this.memory.alloc(width),
-      scores: this.memory.alloc(policy.config.contextLength),
+      scores: this.memory.alloc(policy.config.contextLength + 3), // padded to whole f32x4 lanes
       out: this.memory.alloc(width),
     };
   }
@@ -256,7 +256,7 @@ export class KvDecoder implements Decoder {
       f.set(buf.subarray(base + heads * hd, base + heads * hd + kvWidth), (state.keys[layer]! >> 2) + pos * kvWidth);
       f.set(buf.subarray(base + heads * hd + kvWidth, base + C), (state.values[layer]! >> 2) + pos * kvWidth);
     }
-    const { dotRows, axpyRows } = this.memory.kernels;
+    const { dotRows, axpyRows, expSum } = this.memory.kernels;
     const { q, scores, out: o } = this.scratch;
     const qi = q >> 2;
     const si = scores >> 2;
@@ -268,6 +268,7 @@ export class KvDecoder implements Decoder {
     for (let i = 0; i < n; i++) {
       const state = rows.states[i]!;
       const positions = rows.positions[i]! + 1;
+      const padded = (positions + 3) & ~3;
       const base = i * C;
       for (let e = 0; e < heads * hd; e++) f[qi + e] = buf[base + e]! * scale;
       for (let h = 0; h < heads; h++) {
@@ -275,12 +276,9 @@ export class KvDecoder implements Decoder {
         dotRows(q + h * hdBytes, state.keys[layer]! + kvOffset, scores, positions, hdBytes, strideBytes);
         let max = Number.NEGATIVE_INFINITY;
         for (let j = 0; j < positions; j++) if (f[si + j]! > max) max = f[si + j]!;
-        let sum = 0;
-        for (let j = 0; j < positions; j++) {
-          const e = Math.exp(f[si + j]! - max);
-          f[si + j] = e;
-          sum += e;
-        }
+        // exp over whole f32x4 lanes: the lanes past `positions` are padded with −∞ (→ ~0).
+        for (let j = positions; j < padded; j++) f[si + j] = Number.NEGATIVE_INFINITY;
+        const sum = expSum(scores, padded * 4, max);
         axpyRows(scores, state.values[layer]! + kvOffset, o + h * hdBytes, positions, hdBytes, strideBytes);
         const inv = 1 / sum;
         const dst = i * heads * hd + h * hd;

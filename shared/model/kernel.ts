@@ -18,11 +18,17 @@ export interface RowKernels {
   dotRows(q: number, k: number, out: number, rows: number, hdBytes: number, strideBytes: number): void;
   /** out[e] = Σ_j p[j] · v[j·stride + e] for e < hdBytes/4 (j < rows). */
   axpyRows(p: number, v: number, out: number, rows: number, hdBytes: number, strideBytes: number): void;
+  /**
+   * x[i] = exp(x[i] − shift) in place for the floats in [p, p + bytes) (bytes a multiple of 16;
+   * the caller pads with −∞), returning their sum. Inputs at or below shift − 87 give ~1e−38.
+   */
+  expSum(p: number, bytes: number, shift: number): number;
 }
 
 // --- a minimal WebAssembly binary writer (only what the two functions use) ---
 
 const I32 = 0x7f;
+const F32 = 0x7d;
 const V128 = 0x7b;
 const op = {
   block: [0x02, 0x40],
@@ -53,6 +59,16 @@ const op = {
   f32x4ExtractLane: (lane: number) => [0xfd, 0x1f, lane],
   f32x4Add: [0xfd, 0xe4, 0x01],
   f32x4Mul: [0xfd, 0xe6, 0x01],
+  f32x4Sub: [0xfd, 0xe5, 0x01],
+  f32x4Max: [0xfd, 0xe9, 0x01],
+  f32x4Nearest: [0xfd, 0x6a],
+  f32x4Splat: [0xfd, 0x13],
+  i32x4TruncSatF32x4S: [0xfd, 0xf8, 0x01],
+  i32x4Splat: [0xfd, 0x11],
+  i32x4Add: [0xfd, 0xae, 0x01],
+  i32x4Shl: [0xfd, 0xab, 0x01],
+  /** f32.const x splatted to all four lanes. */
+  f32x4Const: (x: number) => [0x43, ...new Uint8Array(Float32Array.of(x).buffer), 0xfd, 0x13],
 };
 
 function uleb(n: number): number[] {
@@ -250,17 +266,86 @@ const axpyRowsBody = [
   ...op.end,
 ];
 
+// exp_sum(p, bytes, shift) -> f32; locals 3 i, 4 x, 5 n, 6 acc, 7 shiftv, 8 r
+// exp(x) = 2^n · e^r with n = nearest(x·log2 e), r = x − n·ln 2 ∈ [−0.347, 0.347], e^r by its
+// degree-6 Taylor polynomial (relative error < 2e−7), 2^n built in the exponent bits.
+const horner = [1 / 120, 1 / 24, 1 / 6, 1 / 2, 1, 1].flatMap((c) => [
+  ...op.localGet(8),
+  ...op.f32x4Mul,
+  ...op.f32x4Const(c),
+  ...op.f32x4Add,
+]);
+const expSumBody = [
+  ...op.localGet(2),
+  ...op.f32x4Splat,
+  ...op.localSet(7),
+  ...zero(6),
+  ...op.loop,
+  ...op.localGet(0),
+  ...op.localGet(3),
+  ...op.i32Add,
+  ...op.v128Load,
+  ...op.localGet(7),
+  ...op.f32x4Sub,
+  ...op.f32x4Const(-87),
+  ...op.f32x4Max,
+  ...op.localSet(4),
+  ...op.localGet(4),
+  ...op.f32x4Const(Math.LOG2E),
+  ...op.f32x4Mul,
+  ...op.f32x4Nearest,
+  ...op.localSet(5),
+  ...op.localGet(4),
+  ...op.localGet(5),
+  ...op.f32x4Const(Math.LN2),
+  ...op.f32x4Mul,
+  ...op.f32x4Sub,
+  ...op.localSet(8),
+  ...op.f32x4Const(1 / 720),
+  ...horner,
+  ...op.localGet(5),
+  ...op.i32x4TruncSatF32x4S,
+  // i32.const 127 (two-byte signed LEB128), splat, add; then << 23
+  ...[0x41, 0xff, 0x00],
+  ...op.i32x4Splat,
+  ...op.i32x4Add,
+  ...op.i32Const(23),
+  ...op.i32x4Shl,
+  ...op.f32x4Mul,
+  ...op.localSet(4),
+  ...op.localGet(0),
+  ...op.localGet(3),
+  ...op.i32Add,
+  ...op.localGet(4),
+  ...op.v128Store,
+  ...op.localGet(6),
+  ...op.localGet(4),
+  ...op.f32x4Add,
+  ...op.localSet(6),
+  ...stepWhileBelow(3, op.i32Const(16), 1),
+  ...op.end,
+  ...lanesSum(6),
+  ...op.end,
+];
+
 /** The module's bytes: one exported memory and the two functions. */
 export function kernelModuleBytes(initialPages: number): Uint8Array {
-  const locals = [...uleb(3), 3, I32, 3, V128, 1, I32];
-  const body = (code: number[]) => {
+  const rowLocals = [...uleb(3), 3, I32, 3, V128, 1, I32];
+  const expLocals = [...uleb(2), 1, I32, 5, V128];
+  const body = (code: number[], locals = rowLocals) => {
     const b = [...locals, ...code];
     return [...uleb(b.length), ...b];
   };
   return Uint8Array.from([
     ...[0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00],
-    ...section(1, vec([[0x60, ...uleb(6), I32, I32, I32, I32, I32, I32, 0x00]])),
-    ...section(3, vec([[0x00], [0x00]])),
+    ...section(
+      1,
+      vec([
+        [0x60, ...uleb(6), I32, I32, I32, I32, I32, I32, 0x00],
+        [0x60, ...uleb(3), I32, I32, F32, 0x01, F32],
+      ]),
+    ),
+    ...section(3, vec([[0x00], [0x00], [0x01]])),
     ...section(5, vec([[0x00, ...uleb(initialPages)]])),
     ...section(
       7,
@@ -268,9 +353,10 @@ export function kernelModuleBytes(initialPages: number): Uint8Array {
         [...name("memory"), 0x02, 0x00],
         [...name("dot_rows"), 0x00, 0x00],
         [...name("axpy_rows"), 0x00, 0x01],
+        [...name("exp_sum"), 0x00, 0x02],
       ]),
     ),
-    ...section(10, [...uleb(2), ...body(dotRowsBody), ...body(axpyRowsBody)]),
+    ...section(10, [...uleb(3), ...body(dotRowsBody), ...body(axpyRowsBody), ...body(expSumBody, expLocals)]),
   ]);
 }
 
@@ -313,6 +399,16 @@ function jsKernels(floats: () => Float32Array): RowKernels {
         for (let e = 0; e < hd; e++) f[oi + e]! += w * f[vi + e]!;
       }
     },
+    expSum(p, bytes, shift) {
+      const f = floats();
+      let sum = 0;
+      for (let i = p >> 2; i < (p + bytes) >> 2; i++) {
+        const e = Math.exp(f[i]! - shift);
+        f[i] = e;
+        sum += e;
+      }
+      return sum;
+    },
   };
 }
 
@@ -344,9 +440,10 @@ export class KernelMemory {
         memory: WasmMemory;
         dot_rows: RowKernels["dotRows"];
         axpy_rows: RowKernels["axpyRows"];
+        exp_sum: RowKernels["expSum"];
       };
       this.memory = exports.memory;
-      this.kernels = { dotRows: exports.dot_rows, axpyRows: exports.axpy_rows };
+      this.kernels = { dotRows: exports.dot_rows, axpyRows: exports.axpy_rows, expSum: exports.exp_sum };
       this.simd = true;
     } else {
       this.memory = new wasm.Memory({ initial: 16 });

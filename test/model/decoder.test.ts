@@ -56,7 +56,7 @@ function expectSame(a: Generated[], b: Generated[]): void {
 }
 
 describe("attention row kernels", () => {
-  it("wasm SIMD and plain JS agree for odd and even row counts and head sizes", () => {
+  it("wasm SIMD and plain JS agree (dot, weighted sum, exp) for odd and even row counts and head sizes", () => {
     const memories = [new KernelMemory(), new KernelMemory({ simd: false })];
     expect(memories.map((m) => m.simd)).toEqual([true, false]);
     for (const rows of [1, 2, 7, 40])
@@ -73,12 +73,21 @@ describe("attention row kernels", () => {
           m.kernels.dotRows(q, k + 4, scores, rows, hd * 4, stride * 4);
           m.kernels.axpyRows(scores, k + 8, out, rows, hd * 4, stride * 4);
           const read = (p: number, n: number) => [...m.floats.subarray(p >> 2, (p >> 2) + n)];
-          return [...read(scores, rows), ...read(out, hd)];
+          const before = [...read(scores, rows), ...read(out, hd)];
+          // exp(x − 2) over the scores, whole lanes (padded with −∞ as the decoder does)
+          const padded = (rows + 3) & ~3;
+          m.floats.fill(Number.NEGATIVE_INFINITY, (scores >> 2) + rows, (scores >> 2) + padded);
+          const sum = m.kernels.expSum(scores, padded * 4, 2);
+          return [...before, sum, ...read(scores, rows)];
         });
         // Reference for one score: q · k_row1 (sum of sin·cos products).
         let dot = 0;
         for (let e = 0; e < hd; e++) dot += Math.sin(e + rows) * Math.cos((stride + 1 + e) * 0.37);
-        if (rows > 1) expect(Math.abs(js![1]! - dot)).toBeLessThan(1e-4);
+        // after [scores, out, sum] come exp(score − 2): check score 1 against its reference too
+        if (rows > 1) {
+          expect(Math.abs(js![1]! - dot)).toBeLessThan(1e-4);
+          expect(js![rows + hd + 2]).toBeCloseTo(Math.exp(js![1]! - 2), 5);
+        }
         simd!.forEach((v, i) => {
           expect(Math.abs(v - js![i]!)).toBeLessThan(1e-4 * Math.max(1, Math.abs(v)));
         });
