@@ -88,7 +88,8 @@ export class KvDecoder implements Decoder {
     this.policy = policy;
     this.slots = new Array(capacity).fill(undefined);
     this.prefixCacheEntries = entries;
-    this.memory = new KernelMemory({ simd: !options.noSimd });
+    // The SIMD loops take whole f32x4 lanes of a head: head sizes not a multiple of 4 use the JS kernels.
+    this.memory = new KernelMemory({ simd: !options.noSimd && policy.dims.headDim % 4 === 0 });
     const width = policy.dims.heads * policy.dims.headDim;
     this.scratch = {
       q: this.memory.alloc(width),

@@ -14,7 +14,7 @@
 
 /** Row kernels over float32 data in one linear memory; pointers and sizes are in bytes. */
 export interface RowKernels {
-  /** out[j] = Σ_e q[e] · k[j·stride + e] for j < rows (e over hdBytes/4 floats). */
+  /** (The SIMD versions need hdBytes to be a multiple of 16.) out[j] = Σ_e q[e] · k[j·stride + e] for j < rows (e over hdBytes/4 floats). */
   dotRows(q: number, k: number, out: number, rows: number, hdBytes: number, strideBytes: number): void;
   /** out[e] = Σ_j p[j] · v[j·stride + e] for e < hdBytes/4 (j < rows). */
   axpyRows(p: number, v: number, out: number, rows: number, hdBytes: number, strideBytes: number): void;
