@@ -5,6 +5,11 @@
  * 8 × 256 tokens), and achieved GFLOP/s as a fraction of the backend's own 512² matMul GFLOP/s.
  * Both wall-clock and process-CPU rates are printed: on a shared machine CPU time is the fairer one.
  *
+ * The last line is one JSON object of the headline figures (CPU-time rates), under stable keys:
+ * decodeSpeedup64 (64 concurrent batched over one at a time), decodeTokPerS64 (batched, 64
+ * concurrent), decodeTokPerS1 (one at a time, 64 sequences), trainTokPerS, trainMatmulFraction
+ * (training GFLOP/s over the backend's 512² matMul GFLOP/s), matmulGflops, loadAverage.
+ *
  * Options (environment): AGENTRL_BACKEND=auto|tensorflow|wasm|cpu, BENCH_SECONDS (per measurement, default 1.5).
  */
 import { loadavg } from "node:os";
@@ -134,7 +139,8 @@ const batchTokens = 8 * 256;
 const loss = (logp: tf.Tensor2D) => tf.div(tf.neg(tf.sum(logp)), batchTokens) as tf.Scalar;
 policy.trainStep(batch, 1, loss);
 const tensorsBefore = tf.memory().numTensors;
-const train = rate(batchTokens, () => policy.trainStep(batch, 1, loss), 3);
+// At least 10 steps (the issue's bar for a training figure).
+const train = rate(batchTokens, () => policy.trainStep(batch, 1, loss), 10);
 const tensorsAfter = tf.memory().numTensors;
 const forward = rate(batchTokens, () => policy.logProbs(batch, 1), 3);
 console.log(
@@ -156,3 +162,16 @@ for (const row of decodeRows) line(`decode ${row.n} concurrent, batched`, row.ba
 for (const row of decodeRows) line(`decode ${row.n} concurrent, one-at-a-time`, row.single, decodeFlopsPerToken);
 policy.dispose();
 console.log(`\nbench finished in ${((performance.now() - started) / 1000).toFixed(1)} s`);
+const wide = decodeRows.find((row) => row.n === 64)!;
+const round = (x: number, digits: number) => Number(x.toFixed(digits));
+console.log(
+  JSON.stringify({
+    decodeSpeedup64: round(wide.batched.cpu / wide.single.cpu, 2),
+    decodeTokPerS64: round(wide.batched.cpu, 0),
+    decodeTokPerS1: round(wide.single.cpu, 0),
+    trainTokPerS: round(train.cpu, 0),
+    trainMatmulFraction: round((train.cpu * trainFlopsPerToken) / 1e9 / matmulGflops.cpu, 3),
+    matmulGflops: round(matmulGflops.cpu, 2),
+    loadAverage: round(loadavg()[0]!, 2),
+  }),
+);

@@ -1,6 +1,7 @@
 import * as tf from "@tensorflow/tfjs";
 import { AgentRlError } from "../errors.ts";
-import { attentionForward, tidyRead } from "./ops.ts";
+import { KernelMemory } from "./kernel.ts";
+import { tidyRead } from "./ops.ts";
 import type { TransformerPolicy } from "./transformer.ts";
 import type { Decoder, InferencePolicy } from "./types.ts";
 
@@ -9,167 +10,92 @@ export class DecoderError extends AgentRlError {
   override readonly name = "DecoderError";
 }
 
-/** One sequence's KV cache: per layer, rows [position, kvHeads·headDim] of rotated keys and of values. */
+/** One sequence's KV cache: per layer, blocks of rows [position, kvHeads·headDim] in kernel memory. */
 interface SlotState {
   length: number;
   /** The token ids the cache holds (prompt plus consumed tokens), to recompute it for new weights. */
   readonly ids: number[];
   rowsAllocated: number;
-  keys: Float32Array[];
-  values: Float32Array[];
+  /** Per layer, byte offsets of the rotated keys and of the values in the decoder's KernelMemory. */
+  keys: number[];
+  values: number[];
 }
 
-/** Scratch buffers reused across decode steps. */
-interface Scratch {
-  scores: Float64Array;
-  acc: Float64Array;
+/** Rows of one forward pass through the decoder: row i is position `positions[i]` of `states[i]`. */
+interface RowBatch {
+  readonly states: readonly SlotState[];
+  readonly positions: readonly number[];
 }
 
-/**
- * Attention of one new token (its rotated q|k|v row at buf[base..]) over `positions` cached rows,
- * written to out[outBase..].
- */
-function attendOne(
-  buf: Float32Array,
-  base: number,
-  keys: Float32Array,
-  values: Float32Array,
-  positions: number,
-  heads: number,
-  kvHeads: number,
-  hd: number,
-  out: Float32Array,
-  outBase: number,
-  scratch: Scratch,
-): void {
-  const rep = heads / kvHeads;
-  if (rep === 2) {
-    attendPair(buf, base, keys, values, positions, kvHeads, hd, out, outBase, scratch);
-    return;
-  }
-  const { scores, acc } = scratch;
-  const kvWidth = kvHeads * hd;
-  const scale = 1 / Math.sqrt(hd);
-  for (let g = 0; g < kvHeads; g++) {
-    const kOff = g * hd;
-    for (let r = 0; r < rep; r++) {
-      const q = base + (g * rep + r) * hd;
-      let max = Number.NEGATIVE_INFINITY;
-      for (let j = 0; j < positions; j++) {
-        const k = j * kvWidth + kOff;
-        let dot = 0;
-        for (let e = 0; e < hd; e++) dot += buf[q + e]! * keys[k + e]!;
-        const s = dot * scale;
-        scores[j] = s;
-        if (s > max) max = s;
-      }
-      let sum = 0;
-      for (let j = 0; j < positions; j++) {
-        const e = Math.exp(scores[j]! - max);
-        scores[j] = e;
-        sum += e;
-      }
-      acc.fill(0, 0, hd);
-      for (let j = 0; j < positions; j++) {
-        const p = scores[j]! / sum;
-        const v = j * kvWidth + kOff;
-        for (let e = 0; e < hd; e++) acc[e]! += p * values[v + e]!;
-      }
-      const o = outBase + (g * rep + r) * hd;
-      for (let e = 0; e < hd; e++) out[o + e] = acc[e]!;
-    }
-  }
-}
-
-/**
- * The two-query-heads-per-kv-head case (the default config): both heads are scored in one pass
- * over the cache, so each key and value element is loaded once for two multiply-adds (~1.4× faster).
- */
-function attendPair(
-  buf: Float32Array,
-  base: number,
-  keys: Float32Array,
-  values: Float32Array,
-  positions: number,
-  kvHeads: number,
-  hd: number,
-  out: Float32Array,
-  outBase: number,
-  scratch: Scratch,
-): void {
-  const { scores, acc } = scratch;
-  const kvWidth = kvHeads * hd;
-  const scale = 1 / Math.sqrt(hd);
-  // acc layout: [q0 | q1 | out0 | out1], each hd long.
-  for (let g = 0; g < kvHeads; g++) {
-    const kOff = g * hd;
-    const q = base + 2 * g * hd;
-    for (let e = 0; e < 2 * hd; e++) acc[e] = buf[q + e]! * scale;
-    let max0 = Number.NEGATIVE_INFINITY;
-    let max1 = Number.NEGATIVE_INFINITY;
-    for (let j = 0; j < positions; j++) {
-      const k = j * kvWidth + kOff;
-      let a = 0;
-      let b = 0;
-      for (let e = 0; e < hd; e++) {
-        const kv = keys[k + e]!;
-        a += acc[e]! * kv;
-        b += acc[hd + e]! * kv;
-      }
-      scores[j] = a;
-      scores[positions + j] = b;
-      if (a > max0) max0 = a;
-      if (b > max1) max1 = b;
-    }
-    let sum0 = 0;
-    let sum1 = 0;
-    for (let j = 0; j < positions; j++) {
-      const a = Math.exp(scores[j]! - max0);
-      scores[j] = a;
-      sum0 += a;
-      const b = Math.exp(scores[positions + j]! - max1);
-      scores[positions + j] = b;
-      sum1 += b;
-    }
-    acc.fill(0, 2 * hd, 4 * hd);
-    for (let j = 0; j < positions; j++) {
-      const p0 = scores[j]! / sum0;
-      const p1 = scores[positions + j]! / sum1;
-      const v = j * kvWidth + kOff;
-      for (let e = 0; e < hd; e++) {
-        const vv = values[v + e]!;
-        acc[2 * hd + e]! += p0 * vv;
-        acc[3 * hd + e]! += p1 * vv;
-      }
-    }
-    const o = outBase + 2 * g * hd;
-    for (let e = 0; e < 2 * hd; e++) out[o + e] = acc[2 * hd + e]!;
-  }
+/** Counters of the prefix (KV) cache across turns. */
+export interface PrefixCacheStats {
+  /** Prompts that continued a retired sequence's ids exactly and reused its cache. */
+  hits: number;
+  /** Prompt tokens not recomputed thanks to those hits. */
+  reusedTokens: number;
+  /** Prompt tokens prefilled (computed). */
+  prefilledTokens: number;
 }
 
 function isTransformer(policy: InferencePolicy): policy is TransformerPolicy {
   return typeof (policy as Partial<TransformerPolicy>).hidden === "function";
 }
 
+/** Options of a KvDecoder. */
+export interface KvDecoderOptions {
+  /**
+   * Retired sequences whose caches are kept for a next turn that extends them exactly.
+   * @default capacity
+   */
+  prefixCacheEntries?: number;
+  /** Use the plain-JS kernels instead of wasm SIMD (tests compare the two). @default false */
+  noSimd?: boolean;
+}
+
 /**
  * Continuous-batching decoder over a TransformerPolicy. The dense work (projections, MLP, head)
- * of all stepped slots runs as one batched matMul per weight; attention against each slot's own
- * cache runs in plain loops (per-slot lengths differ, and wasm has no fast batched 3-D matMul).
- * Prefill uses the training path's attention, so prompt and generated tokens see the same math.
+ * of all rows in a pass runs as one batched matMul per weight; attention of every row against its
+ * own sequence's cache runs in one pass over all rows through a wasm SIMD kernel (kernel.ts), the
+ * caches living in that kernel's memory. Prefill, prefix extension and decode steps all go through
+ * the same row pass, so prompt and generated tokens see the same math.
+ *
+ * Prefix cache: a removed sequence's cache is kept (up to `prefixCacheEntries`, least recently
+ * retired dropped first); a prompt whose ids start with all of a kept sequence's ids (the next turn
+ * of a conversation: previous prompt + output + new messages) takes that cache over and only
+ * prefills the rest. Changing weights empties it.
  */
 export class KvDecoder implements Decoder {
   private policy: TransformerPolicy;
   private readonly slots: Array<SlotState | undefined>;
   private activeCount = 0;
+  private readonly memory: KernelMemory;
+  /** Kernel scratch: queries [heads·hd], scores [contextLength], outputs [heads·hd]. */
+  private readonly scratch: { q: number; scores: number; out: number };
+  private readonly retired: SlotState[] = [];
+  private readonly prefixCacheEntries: number;
+  readonly prefixStats: PrefixCacheStats = { hits: 0, reusedTokens: 0, prefilledTokens: 0 };
 
   constructor(
     policy: TransformerPolicy,
     readonly capacity: number,
+    options: KvDecoderOptions = {},
   ) {
     if (!Number.isInteger(capacity) || capacity < 1)
       throw new DecoderError(`capacity: ${capacity} is not allowed (must be an integer ≥ 1)`);
+    const entries = options.prefixCacheEntries ?? capacity;
+    if (!Number.isInteger(entries) || entries < 0)
+      throw new DecoderError(`prefixCacheEntries: ${entries} is not allowed (must be an integer ≥ 0)`);
     this.policy = policy;
     this.slots = new Array(capacity).fill(undefined);
+    this.prefixCacheEntries = entries;
+    // The SIMD loops take whole f32x4 lanes of a head: head sizes not a multiple of 4 use the JS kernels.
+    this.memory = new KernelMemory({ simd: !options.noSimd && policy.dims.headDim % 4 === 0 });
+    const width = policy.dims.heads * policy.dims.headDim;
+    this.scratch = {
+      q: this.memory.alloc(width),
+      scores: this.memory.alloc(policy.config.contextLength + 3), // padded to whole f32x4 lanes
+      out: this.memory.alloc(width),
+    };
   }
 
   get policyVersion(): number {
@@ -178,6 +104,11 @@ export class KvDecoder implements Decoder {
 
   get active(): number {
     return this.activeCount;
+  }
+
+  /** True when attention runs on the wasm SIMD kernel (false: the plain-JS fallback). */
+  get simd(): boolean {
+    return this.memory.simd;
   }
 
   /** Positions already in the slot's cache (prompt plus consumed tokens). */
@@ -198,13 +129,21 @@ export class KvDecoder implements Decoder {
     return state;
   }
 
+  private kvWidth(): number {
+    return this.policy.dims.kvHeads * this.policy.dims.headDim;
+  }
+
   private ensureRows(state: SlotState, rows: number): void {
     if (rows <= state.rowsAllocated) return;
-    const width = this.policy.dims.kvHeads * this.policy.dims.headDim;
+    const width = this.kvWidth();
     const next = Math.min(this.policy.config.contextLength, Math.max(rows, state.rowsAllocated * 2, 64));
-    const grow = (old: Float32Array) => {
-      const fresh = new Float32Array(next * width);
-      fresh.set(old.subarray(0, state.length * width));
+    const grow = (old: number) => {
+      const fresh = this.memory.alloc(next * width);
+      if (state.rowsAllocated > 0) {
+        const f = this.memory.floats;
+        f.copyWithin(fresh >> 2, old >> 2, (old >> 2) + state.length * width);
+        this.memory.free(old, state.rowsAllocated * width);
+      }
       return fresh;
     };
     state.keys = state.keys.map(grow);
@@ -212,49 +151,142 @@ export class KvDecoder implements Decoder {
     state.rowsAllocated = next;
   }
 
+  private release(state: SlotState): void {
+    const width = this.kvWidth();
+    if (state.rowsAllocated === 0) return;
+    for (const p of [...state.keys, ...state.values]) this.memory.free(p, state.rowsAllocated * width);
+    state.rowsAllocated = 0;
+  }
+
+  /** Takes the kept cache whose ids the prompt continues (the longest such), or undefined. */
+  private takeRetired(prompt: readonly number[]): SlotState | undefined {
+    let best = -1;
+    this.retired.forEach((state, i) => {
+      const ids = state.ids;
+      // The prompt's last position is always recomputed (its logits are the answer).
+      if (ids.length >= prompt.length || (best >= 0 && ids.length <= this.retired[best]!.ids.length)) return;
+      for (let t = 0; t < ids.length; t++) if (ids[t] !== prompt[t]) return;
+      best = i;
+    });
+    if (best < 0) return undefined;
+    return this.retired.splice(best, 1)[0];
+  }
+
   add(prompt: readonly number[]): { slot: number; logits: Float32Array } {
     const policy = this.livePolicy();
     policy.validateTokens(prompt, "prompt");
     const slot = this.slots.indexOf(undefined);
     if (slot < 0) throw new DecoderError(`no free slot: all ${this.capacity} are in use`);
-    const state: SlotState = {
-      length: 0,
-      ids: [...prompt],
-      rowsAllocated: 0,
-      keys: Array.from({ length: policy.config.layers }, () => new Float32Array(0)),
-      values: Array.from({ length: policy.config.layers }, () => new Float32Array(0)),
-    };
-    const logits = this.prefill(policy, state);
+    let state = this.takeRetired(prompt);
+    if (state) {
+      this.prefixStats.hits += 1;
+      this.prefixStats.reusedTokens += state.length;
+      state.ids.push(...prompt.slice(state.length));
+    } else {
+      state = {
+        length: 0,
+        ids: [...prompt],
+        rowsAllocated: 0,
+        keys: new Array<number>(policy.config.layers).fill(0),
+        values: new Array<number>(policy.config.layers).fill(0),
+      };
+    }
+    let logits: Float32Array;
+    try {
+      logits = this.prefill(policy, state);
+    } catch (error) {
+      this.release(state);
+      throw error;
+    }
     this.slots[slot] = state;
     this.activeCount += 1;
     return { slot, logits };
   }
 
-  /** Fills the slot's cache from its ids with `policy`'s weights; returns the next-token logits. */
+  /** Computes the cache rows state.length .. ids.length−1 with `policy`; returns the last row's next-token logits. */
   private prefill(policy: TransformerPolicy, state: SlotState): Float32Array {
-    const { dims, rope } = policy;
+    const from = state.length;
     const L = state.ids.length;
     this.ensureRows(state, L);
-    const kvWidth = dims.kvHeads * dims.headDim;
-    const kCol = dims.heads * dims.headDim;
-    const vCol = kCol + kvWidth;
-    const logits = tidyRead(() => {
-      const hidden = policy.hidden(Int32Array.from(state.ids), (layer, qkv) => {
-        const fwd = attentionForward(qkv.dataSync() as Float32Array, [L], dims, rope, false);
-        const keys = state.keys[layer]!;
-        const values = state.values[layer]!;
-        for (let t = 0; t < L; t++) {
-          const row = t * dims.qkvWidth;
-          keys.set(fwd.roped.subarray(row + kCol, row + kCol + kvWidth), t * kvWidth);
-          values.set(fwd.roped.subarray(row + vCol, row + vCol + kvWidth), t * kvWidth);
-        }
-        return tf.tensor2d(fwd.out, [L, dims.heads * dims.headDim]);
-      });
-      const last = L === 1 ? hidden : tf.slice(hidden, [L - 1, 0], [1, dims.dModel]);
-      return policy.head(last).dataSync() as Float32Array;
-    });
+    const positions = Array.from({ length: L - from }, (_, i) => from + i);
+    this.prefixStats.prefilledTokens += positions.length;
+    const logits = this.forward(
+      policy,
+      Int32Array.from(state.ids.slice(from)),
+      { states: positions.map(() => state), positions },
+      true,
+    );
     state.length = L;
     return logits;
+  }
+
+  /**
+   * One pass of `ids` through the blocks: each row's key and value are written to its sequence's
+   * cache at its position and its query attends to positions 0..position of that cache. Returns
+   * the next-token logits of every row ([rows·V]) or, with `lastOnly`, of the last row ([V]).
+   */
+  private forward(policy: TransformerPolicy, ids: Int32Array, rows: RowBatch, lastOnly: boolean): Float32Array {
+    const { dims } = policy;
+    const n = ids.length;
+    return tidyRead(() => {
+      const hidden = policy.hidden(ids, (layer, qkv) =>
+        tf.tensor2d(this.attendRows(policy, layer, qkv.dataSync() as Float32Array, rows), [
+          n,
+          dims.heads * dims.headDim,
+        ]),
+      );
+      const wanted = lastOnly && n > 1 ? tf.slice(hidden, [n - 1, 0], [1, dims.dModel]) : hidden;
+      return policy.head(wanted).dataSync() as Float32Array;
+    });
+  }
+
+  /** Rotary, cache write and attention for every row of one layer; returns [rows, heads·hd]. */
+  private attendRows(policy: TransformerPolicy, layer: number, buf: Float32Array, rows: RowBatch): Float32Array {
+    const { dims, rope } = policy;
+    const { heads, kvHeads, headDim: hd, qkvWidth: C } = dims;
+    const rep = heads / kvHeads;
+    const kvWidth = kvHeads * hd;
+    const n = rows.states.length;
+    const f = this.memory.floats;
+    // Every row's key and value first, so rows of one sequence (a prefill) see each other.
+    for (let i = 0; i < n; i++) {
+      const state = rows.states[i]!;
+      const pos = rows.positions[i]!;
+      const base = i * C;
+      rope.rotate(buf, base, heads + kvHeads, pos);
+      f.set(buf.subarray(base + heads * hd, base + heads * hd + kvWidth), (state.keys[layer]! >> 2) + pos * kvWidth);
+      f.set(buf.subarray(base + heads * hd + kvWidth, base + C), (state.values[layer]! >> 2) + pos * kvWidth);
+    }
+    const { dotRows, axpyRows, expSum } = this.memory.kernels;
+    const { q, scores, out: o } = this.scratch;
+    const qi = q >> 2;
+    const si = scores >> 2;
+    const oi = o >> 2;
+    const scale = 1 / Math.sqrt(hd);
+    const hdBytes = hd * 4;
+    const strideBytes = kvWidth * 4;
+    const out = new Float32Array(n * heads * hd);
+    for (let i = 0; i < n; i++) {
+      const state = rows.states[i]!;
+      const positions = rows.positions[i]! + 1;
+      const padded = (positions + 3) & ~3;
+      const base = i * C;
+      for (let e = 0; e < heads * hd; e++) f[qi + e] = buf[base + e]! * scale;
+      for (let h = 0; h < heads; h++) {
+        const kvOffset = Math.floor(h / rep) * hdBytes;
+        dotRows(q + h * hdBytes, state.keys[layer]! + kvOffset, scores, positions, hdBytes, strideBytes);
+        let max = Number.NEGATIVE_INFINITY;
+        for (let j = 0; j < positions; j++) if (f[si + j]! > max) max = f[si + j]!;
+        // exp over whole f32x4 lanes: the lanes past `positions` are padded with −∞ (→ ~0).
+        for (let j = positions; j < padded; j++) f[si + j] = Number.NEGATIVE_INFINITY;
+        const sum = expSum(scores, padded * 4, max);
+        axpyRows(scores, state.values[layer]! + kvOffset, o + h * hdBytes, positions, hdBytes, strideBytes);
+        const inv = 1 / sum;
+        const dst = i * heads * hd + h * hd;
+        for (let e = 0; e < hd; e++) out[dst + e] = f[oi + h * hd + e]! * inv;
+      }
+    }
+    return out;
   }
 
   step(slots: readonly number[], tokens: readonly number[]): Float32Array[] {
@@ -262,7 +294,7 @@ export class KvDecoder implements Decoder {
       throw new DecoderError(`step: ${slots.length} slots but ${tokens.length} tokens (one token per slot)`);
     if (slots.length === 0) return [];
     const policy = this.livePolicy();
-    const { dims, rope, config } = policy;
+    const { config } = policy;
     const seen = new Set<number>();
     const states = slots.map((slot, i) => {
       if (seen.has(slot)) throw new DecoderError(`step: slot ${slot} appears twice`);
@@ -273,45 +305,34 @@ export class KvDecoder implements Decoder {
       const t = tokens[i]!;
       if (!Number.isInteger(t) || t < 0 || t >= config.vocabSize)
         throw new DecoderError(`step: tokens[${i}] = ${t} is outside the vocabulary 0..${config.vocabSize - 1}`);
-      this.ensureRows(state, state.length + 1);
       return state;
     });
-    const { heads, kvHeads, headDim: hd, qkvWidth: C } = dims;
-    const kvWidth = kvHeads * hd;
-    const n = slots.length;
-    const logits = tidyRead(() => {
-      const hidden = policy.hidden(Int32Array.from(tokens), (layer, qkv) => {
-        const buf = qkv.dataSync() as Float32Array;
-        const out = new Float32Array(n * heads * hd);
-        const scratch: Scratch = { scores: new Float64Array(512), acc: new Float64Array(4 * hd) };
-        for (let i = 0; i < n; i++) {
-          const state = states[i]!;
-          const pos = state.length;
-          const base = i * C;
-          rope.rotate(buf, base, heads + kvHeads, pos);
-          const keys = state.keys[layer]!;
-          const values = state.values[layer]!;
-          keys.set(buf.subarray(base + heads * hd, base + heads * hd + kvWidth), pos * kvWidth);
-          values.set(buf.subarray(base + heads * hd + kvWidth, base + C), pos * kvWidth);
-          if (scratch.scores.length < 2 * (pos + 1)) scratch.scores = new Float64Array(4 * (pos + 1));
-          attendOne(buf, base, keys, values, pos + 1, heads, kvHeads, hd, out, i * heads * hd, scratch);
-        }
-        return tf.tensor2d(out, [n, heads * hd]);
-      });
-      return policy.head(hidden).dataSync() as Float32Array;
-    });
+    for (const state of states) this.ensureRows(state, state.length + 1);
+    const logits = this.forward(
+      policy,
+      Int32Array.from(tokens),
+      { states, positions: states.map((s) => s.length) },
+      false,
+    );
     states.forEach((state, i) => {
       state.length += 1;
       state.ids.push(tokens[i] as number);
     });
     const V = config.vocabSize;
-    return states.map((_, i) => logits.slice(i * V, (i + 1) * V));
+    // Views into one buffer: no per-slot copy of the logits.
+    return states.map((_, i) => logits.subarray(i * V, (i + 1) * V));
   }
 
   remove(slot: number): void {
-    this.slotState(slot);
+    const state = this.slotState(slot);
     this.slots[slot] = undefined;
     this.activeCount -= 1;
+    if (this.prefixCacheEntries === 0) {
+      this.release(state);
+      return;
+    }
+    this.retired.push(state);
+    while (this.retired.length > this.prefixCacheEntries) this.release(this.retired.shift()!);
   }
 
   setPolicy(policy: InferencePolicy): void {
@@ -324,16 +345,24 @@ export class KvDecoder implements Decoder {
         throw new DecoderError(`setPolicy: config.${key} differs (${a[key]} → ${b[key]}); the KV cache would not fit`);
     }
     this.policy = policy;
+    // Kept caches were computed by the old weights.
+    for (const state of this.retired.splice(0)) this.release(state);
     // No token may belong to two policies: a cache computed by the old weights would make every
     // later token's distribution a mix of both, matching neither version's log-prob. So each
     // running sequence's cache is recomputed from its ids with the new weights (one prefill per
     // sequence, as AReaL's interruptible generation does), and tokens sampled from here on are
     // exactly the new version's. Finishing on the old weights instead would hold two policies in
     // memory and keep serving a version the trainer has moved past.
-    for (const state of this.slots) if (state) this.prefill(policy, state);
+    for (const state of this.slots) {
+      if (!state) continue;
+      state.length = 0;
+      this.prefill(policy, state);
+    }
   }
 
   dispose(): void {
+    for (const state of this.slots) if (state) this.release(state);
+    for (const state of this.retired.splice(0)) this.release(state);
     this.slots.fill(undefined);
     this.activeCount = 0;
   }

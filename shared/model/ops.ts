@@ -210,23 +210,30 @@ export function swiglu(gate: tf.Tensor2D, up: tf.Tensor2D): tf.Tensor2D {
   });
 }
 
-const causalMasks = new Map<number, Float32Array>();
+/**
+ * Additive causal masks [rep·L, L] (rows repeat per query head of a group) kept as backend tensors,
+ * so a forward does not upload one per (sequence, kv head). Bounded by size: one mask at the full
+ * context is already tens of MB.
+ */
+const causalMasks = new Map<number, tf.Tensor2D>();
 const MASK_CACHE_FLOATS = 16 * 1024 * 1024;
 let cachedMaskFloats = 0;
-/** Additive causal mask [rep·L, L] (rows repeat per query head of a group); cached by shape. */
-function causalMask(length: number, rep: number): Float32Array {
+function causalMask(length: number, rep: number): tf.Tensor2D {
   const key = length * 1024 + rep;
   let mask = causalMasks.get(key);
-  if (!mask) {
-    mask = new Float32Array(rep * length * length);
+  if (!mask || mask.isDisposed) {
+    const values = new Float32Array(rep * length * length);
     for (let r = 0; r < rep; r++)
-      for (let i = 0; i < length; i++) for (let j = i + 1; j < length; j++) mask[(r * length + i) * length + j] = -1e30;
-    // Bound the cache by size, not count: one mask at the full context is already tens of MB.
-    cachedMaskFloats += mask.length;
+      for (let i = 0; i < length; i++)
+        for (let j = i + 1; j < length; j++) values[(r * length + i) * length + j] = -1e30;
+    cachedMaskFloats += values.length;
     if (cachedMaskFloats > MASK_CACHE_FLOATS) {
+      for (const old of causalMasks.values()) old.dispose();
       causalMasks.clear();
-      cachedMaskFloats = mask.length;
+      cachedMaskFloats = values.length;
     }
+    // Created outside any tidy scope's reach: kept until evicted.
+    mask = tf.keep(tf.tensor2d(values, [rep * length, length]));
     causalMasks.set(key, mask);
   }
   return mask;
@@ -268,7 +275,6 @@ export function attentionForward(
   const scale = 1 / Math.sqrt(hd);
   offset = 0;
   for (const L of seqLens) {
-    const mask = causalMask(L, rep);
     for (let g = 0; g < kvHeads; g++) {
       const q = new Float32Array(rep * L * hd);
       const kt = new Float32Array(hd * L);
@@ -286,15 +292,14 @@ export function attentionForward(
           v[t * hd + i] = roped[row + vCol + i]!;
         }
       }
+      // Both matMuls have the small operand second (the side the wasm backend packs on every call).
+      const mask = causalMask(L, rep);
       const [p, o] = tidyRead(() => {
-        const scores = tf.add(
-          tf.matMul(tf.tensor2d(q, [rep * L, hd]), tf.tensor2d(kt, [hd, L])),
-          tf.tensor2d(mask, [rep * L, L]),
-        );
+        const scores = tf.add(tf.matMul(tf.tensor2d(q, [rep * L, hd]), tf.tensor2d(kt, [hd, L])), mask);
         const pt = tf.softmax(scores);
         return [keepProbs ? data(pt) : undefined, data(tf.matMul(pt, tf.tensor2d(v, [L, hd])))];
       });
-      if (p) probs.push(Float32Array.from(p));
+      if (p) probs.push(p);
       for (let r = 0; r < rep; r++) {
         const col = (g * rep + r) * hd;
         for (let t = 0; t < L; t++) {
@@ -328,13 +333,13 @@ export function attention(qkv: tf.Tensor2D, seqLens: readonly number[], dims: Di
         for (let g = 0; g < kvHeads; g++) {
           const p = probs[block++]!;
           const R = rep * L;
-          // Transposes of the small [R, hd] operands are built here so that no [R, L] matrix
-          // needs one: dVᵀ = dOᵀ·P and dKᵀ = Qsᵀ·dS.
-          const qsT = new Float32Array(hd * R);
+          // Every matMul keeps its large [R, L] or [L, R] operand first: the wasm backend packs the
+          // second operand on every call (its operator cache is keyed by it), which made
+          // dVᵀ = dOᵀ·P and dKᵀ = Qsᵀ·dS ~3× slower than dV = Pᵀ·dO and dK = dSᵀ·Qs.
+          const qs = new Float32Array(R * hd);
           const k = new Float32Array(L * hd);
           const vt = new Float32Array(hd * L);
           const dO = new Float32Array(R * hd);
-          const dOt = new Float32Array(hd * R);
           const kCol = (heads + g) * hd;
           const vCol = (heads + kvHeads + g) * hd;
           for (let t = 0; t < L; t++) {
@@ -343,10 +348,8 @@ export function attention(qkv: tf.Tensor2D, seqLens: readonly number[], dims: Di
               const qCol = (g * rep + r) * hd;
               const rt = r * L + t;
               for (let i = 0; i < hd; i++) {
-                qsT[i * R + rt] = roped[row + qCol + i]! * scale;
-                const d = dOut[(offset + t) * heads * hd + qCol + i]!;
-                dO[rt * hd + i] = d;
-                dOt[i * R + rt] = d;
+                qs[rt * hd + i] = roped[row + qCol + i]! * scale;
+                dO[rt * hd + i] = dOut[(offset + t) * heads * hd + qCol + i]!;
               }
             }
             for (let i = 0; i < hd; i++) {
@@ -354,21 +357,28 @@ export function attention(qkv: tf.Tensor2D, seqLens: readonly number[], dims: Di
               vt[i * L + t] = roped[row + vCol + i]!;
             }
           }
-          // dV = Pᵀ·dO and dP = dO·Vᵀ (both sum over the group's heads through the stacked rows).
-          const [dVt, dP] = tidyRead(() => [
-            data(tf.matMul(tf.tensor2d(dOt, [hd, R]), tf.tensor2d(p, [R, L]))),
+          // dV = Pᵀ·dO and dP = dO·Vᵀ (both sum over the group's heads through the stacked rows);
+          // the [L, R] transposes run in the backend (strided writes in JS cost more).
+          const [dV, dP] = tidyRead(() => [
+            data(tf.matMul(tf.transpose(tf.tensor2d(p, [R, L])), tf.tensor2d(dO, [R, hd]))),
             data(tf.matMul(tf.tensor2d(dO, [R, hd]), tf.tensor2d(vt, [hd, L]))),
           ]);
-          // Softmax backward: dS = P ⊙ (dP − rowsum(dP ⊙ P)).
-          const dS = new Float32Array(R * L);
+          // Softmax backward: dS = P ⊙ (dP − rowsum(dP ⊙ P)), zero above the diagonal (dP is
+          // overwritten with dS).
           for (let i = 0; i < R; i++) {
+            const o = i * L;
+            const seen = (i % L) + 1;
             let dot = 0;
-            for (let j = 0; j < L; j++) dot += dP[i * L + j]! * p[i * L + j]!;
-            for (let j = 0; j < L; j++) dS[i * L + j] = p[i * L + j]! * (dP[i * L + j]! - dot);
+            for (let j = 0; j < seen; j++) dot += dP[o + j]! * p[o + j]!;
+            for (let j = 0; j < seen; j++) dP[o + j] = p[o + j]! * (dP[o + j]! - dot);
+            dP.fill(0, o + seen, o + L);
           }
-          const [dQs, dKt] = tidyRead(() => {
-            const dSt = tf.tensor2d(dS, [R, L]);
-            return [data(tf.matMul(dSt, tf.tensor2d(k, [L, hd]))), data(tf.matMul(tf.tensor2d(qsT, [hd, R]), dSt))];
+          const [dQs, dK] = tidyRead(() => {
+            const dS = tf.tensor2d(dP, [R, L]);
+            return [
+              data(tf.matMul(dS, tf.tensor2d(k, [L, hd]))),
+              data(tf.matMul(tf.transpose(dS), tf.tensor2d(qs, [R, hd]))),
+            ];
           });
           for (let t = 0; t < L; t++) {
             const row = (offset + t) * C;
@@ -377,8 +387,8 @@ export function attention(qkv: tf.Tensor2D, seqLens: readonly number[], dims: Di
               for (let i = 0; i < hd; i++) dRoped[row + qCol + i] = dQs[(r * L + t) * hd + i]! * scale;
             }
             for (let i = 0; i < hd; i++) {
-              dRoped[row + kCol + i] = dKt[i * L + t]!;
-              dRoped[row + vCol + i] = dVt[i * L + t]!;
+              dRoped[row + kCol + i] = dK[t * hd + i]!;
+              dRoped[row + vCol + i] = dV[t * hd + i]!;
             }
           }
         }

@@ -26,8 +26,14 @@ export interface Decoder {
   add(prompt: readonly number[]): { slot: number; logits: Float32Array };
   /** One batched decode step: slots[i] consumes tokens[i]; returns next-token logits per slot (same order). */
   step(slots: readonly number[], tokens: readonly number[]): Float32Array[];
-  /** Frees a slot. */
+  /** Frees a slot (a decoder with a prefix cache may keep its cache for a next turn). */
   remove(slot: number): void;
+  /** Prefix (KV) cache counters, when the decoder keeps one. */
+  readonly prefixStats?: {
+    readonly hits: number;
+    readonly reusedTokens: number;
+    readonly prefilledTokens: number;
+  };
   /**
    * Switches weights between steps. In-flight sequences continue with the new weights on a cache
    * recomputed by them, so every later token is exactly the new version's.

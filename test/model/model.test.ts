@@ -92,6 +92,7 @@ describe("rollout/trainer agreement", () => {
     ["4 kv heads per 4 query heads", { kvHeads: 4 }],
     ["tied embeddings", { tieEmbeddings: true }],
     ["q/k/v biases", { qkvBias: true }],
+    ["head size 6 (the decoder's plain-JS kernels)", { dModel: 24 }],
   ])("agrees with the decoder with %s", (_, variant) => {
     const policy = createPolicy({ ...SMALL, ...variant }, 12);
     const seqs = [tokens(18, 5), tokens(11, 6)];

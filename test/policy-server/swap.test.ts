@@ -48,4 +48,27 @@ describe("weights swapped in the middle of a generation", () => {
     expect(checked).toBe(3 * 24);
     for (const p of policies.values()) p.dispose();
   });
+
+  it("a next turn that extends the previous prompt + output reuses its KV cache, log-probs still exact", async () => {
+    const policy = createPolicy(SMALL, 5);
+    const scheduler = new BatchScheduler(policy.createDecoder(2), {
+      stopTokenIds: [],
+      contextLength: SMALL.contextLength,
+    });
+    const temperature = 0.9;
+    const prompt1 = [...tokens(7, 4)];
+    const turn1 = await scheduler.generate({ prompt: prompt1, maxTokens: 6, temperature, topP: 1, seed: 1 });
+    const prompt2 = [...prompt1, ...turn1.tokens, ...tokens(3, 5)];
+    const turn2 = await scheduler.generate({ prompt: prompt2, maxTokens: 6, temperature, topP: 1, seed: 2 });
+    // turn 1 fed back its prompt and 5 of its 6 tokens; turn 2 computed only the rest
+    expect(scheduler.stats()).toMatchObject({ prefixCacheHits: 1, prefixCacheReusedTokens: 7 + 5 });
+    // prompt 1 (7 tokens), then prompt 2 (7 + 6 + 3) less the 12 reused
+    expect(scheduler.stats().prefilledTokens).toBe(7 + (16 - 12));
+    await scheduler.stop();
+    const logp = policy.logProbs([Int32Array.from([...prompt2, ...turn2.tokens])], temperature)[0]!;
+    turn2.logprobs.forEach((lp, t) => {
+      expect(Math.abs(lp - logp[prompt2.length + t]!)).toBeLessThan(1e-4);
+    });
+    policy.dispose();
+  });
 });

@@ -30,13 +30,21 @@ export interface Sampled {
   readonly sampledLogprob: number;
 }
 
+/**
+ * Scratch reused by every call (sampling runs on one thread, one token at a time): no
+ * vocabulary-sized allocation per token.
+ */
+let weightScratch = new Float64Array(0);
+let orderScratch = new Int32Array(0);
+
 /** Samples one token from `logits` ([vocab]); see the module comment for the log-prob convention. */
 export function sampleToken(logits: Float32Array, temperature: number, topP: number, rng: SeededRandom): Sampled {
   const vocab = logits.length;
   const scale = temperature > 0 ? 1 / temperature : 1;
   let max = Number.NEGATIVE_INFINITY;
   for (let j = 0; j < vocab; j++) max = Math.max(max, (logits[j] as number) * scale);
-  const weights = new Float64Array(vocab);
+  if (weightScratch.length < vocab) weightScratch = new Float64Array(vocab);
+  const weights = weightScratch;
   let sum = 0;
   for (let j = 0; j < vocab; j++) {
     const w = Math.exp((logits[j] as number) * scale - max);
@@ -52,17 +60,18 @@ export function sampleToken(logits: Float32Array, temperature: number, topP: num
     return { token: best, logprob: logprobOf(best), sampledLogprob: 0 };
   }
 
-  let candidates: ArrayLike<number> | undefined;
+  let candidates = 0;
   let mass = sum;
   if (topP < 1) {
     // Nucleus: the smallest set of most likely tokens whose probability reaches topP.
-    const order = Array.from({ length: vocab }, (_, j) => j).sort(
-      (a, b) => (weights[b] as number) - (weights[a] as number) || a - b,
-    );
+    if (orderScratch.length < vocab) orderScratch = new Int32Array(vocab);
+    const order = orderScratch.subarray(0, vocab);
+    for (let j = 0; j < vocab; j++) order[j] = j;
+    order.sort((a, b) => (weights[b] as number) - (weights[a] as number) || a - b);
     let cumulative = 0;
     let cut = 0;
     while (cut < vocab && cumulative < topP * sum) cumulative += weights[order[cut++] as number] as number;
-    candidates = order.slice(0, Math.max(cut, 1));
+    candidates = Math.max(cut, 1);
     mass = cumulative;
   }
 
@@ -73,13 +82,13 @@ export function sampleToken(logits: Float32Array, temperature: number, topP: num
     return { token, logprob, sampledLogprob: logprob - logShare };
   };
   let r = rng.next() * mass;
-  if (candidates) {
-    for (let i = 0; i < candidates.length; i++) {
-      const token = candidates[i] as number;
+  if (candidates > 0) {
+    for (let i = 0; i < candidates; i++) {
+      const token = orderScratch[i] as number;
       r -= weights[token] as number;
       if (r < 0) return sampled(token);
     }
-    return sampled(candidates[candidates.length - 1] as number);
+    return sampled(orderScratch[candidates - 1] as number);
   }
   let lastPositive = 0;
   for (let j = 0; j < vocab; j++) {

@@ -45,6 +45,11 @@ export interface SchedulerStats {
   policySwitches: number;
   completed: number;
   failed: number;
+  /** Prompts that continued a finished sequence exactly and reused its KV cache, and the tokens not recomputed. */
+  prefixCacheHits: number;
+  prefixCacheReusedTokens: number;
+  /** Prompt tokens prefilled (computed). */
+  prefilledTokens: number;
 }
 
 export class GenerationError extends AgentRlError {
@@ -115,6 +120,9 @@ export class BatchScheduler {
       active: this.running.size,
       queued: this.queue.length,
       policyVersion: this.decoder.policyVersion,
+      prefixCacheHits: this.decoder.prefixStats?.hits ?? 0,
+      prefixCacheReusedTokens: this.decoder.prefixStats?.reusedTokens ?? 0,
+      prefilledTokens: this.decoder.prefixStats?.prefilledTokens ?? 0,
     };
   }
 
