@@ -76,6 +76,7 @@ export async function runPipeline(options: PipelineOptions): Promise<PipelineRes
       tasks: config.tasks.mix.map((t) => ({ name: t.name, concurrency: t.concurrency })),
       workerRestarts: ROLE_RESTARTS,
       controllerToken: secrets.controllerSecret,
+      configFile,
     });
     const currentUrl = await startPolicyServer(supervisor, { name: "policy-current", configFile, pool: "current" });
     const cross = config.rollout.crossPolicy;

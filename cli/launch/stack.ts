@@ -15,6 +15,8 @@ export interface EnvStackOptions {
   readonly workerRestarts?: number;
   /** Bearer key of the controller's session API, for the readiness check. */
   readonly controllerToken?: string;
+  /** The run's config file: the controller and env workers read their `limits` from it. */
+  readonly configFile?: string;
 }
 
 /**
@@ -24,7 +26,11 @@ export interface EnvStackOptions {
  */
 export async function startEnvStack(supervisor: Supervisor, options: EnvStackOptions): Promise<string> {
   if (options.controllerUrl) return options.controllerUrl;
-  supervisor.start({ name: "controller", args: ["controller", "--port", String(options.controllerPort ?? 0)] });
+  const config = options.configFile ? ["--config", options.configFile] : [];
+  supervisor.start({
+    name: "controller",
+    args: ["controller", "--port", String(options.controllerPort ?? 0), ...config],
+  });
   const controllerUrl = await supervisor.guard(supervisor.urlOf("controller"));
   const heartbeatMs = String(options.heartbeatMs ?? 2_000);
   for (const task of options.tasks) {
@@ -40,6 +46,7 @@ export async function startEnvStack(supervisor: Supervisor, options: EnvStackOpt
         String(task.concurrency),
         "--heartbeat-ms",
         heartbeatMs,
+        ...config,
       ],
       maxRestarts: options.workerRestarts ?? 0,
     });

@@ -46,10 +46,7 @@ const UNCAPPED: ResultCaps = {
   maxResultBytes: Number.MAX_SAFE_INTEGER,
 };
 
-type WorkerRequest =
-  | { op: "reset"; sql: string }
-  | ({ op: "exec"; sql: string } & ResultCaps)
-  | { op: "close" };
+type WorkerRequest = { op: "reset"; sql: string } | ({ op: "exec"; sql: string } & ResultCaps) | { op: "close" };
 
 /** What one statement (or script) did. */
 export type ExecOutcome =
@@ -200,10 +197,7 @@ export class SqlSession {
   /** Every row of `table` (null when the table cannot be read, e.g. it was dropped). */
   async tableRows(table: string): Promise<SqlValue[][] | null> {
     const worker = await this.ensureWorker();
-    const reply = await worker.request(
-      { op: "exec", sql: `SELECT * FROM "${table}"`, ...UNCAPPED },
-      REBUILD_LIMIT_MS,
-    );
+    const reply = await worker.request({ op: "exec", sql: `SELECT * FROM "${table}"`, ...UNCAPPED }, REBUILD_LIMIT_MS);
     if (reply === "timeout" || !reply.ok) return null;
     return reply.results[0]?.values ?? [];
   }
@@ -232,7 +226,8 @@ export class SqlSession {
       await worker.terminate();
       throw new Error(`could not build the database: ${setup === "timeout" ? "timed out" : setup.error}`);
     }
-    for (const sql of this.history) await worker.request({ op: "exec", sql, ...UNCAPPED, maxRows: 0 }, REBUILD_LIMIT_MS);
+    for (const sql of this.history)
+      await worker.request({ op: "exec", sql, ...UNCAPPED, maxRows: 0 }, REBUILD_LIMIT_MS);
     this.worker = worker;
     return worker;
   }

@@ -22,7 +22,11 @@ const MAX_CELL_CHARS = 60;
  * What of an agent's result leaves the SQL thread: cells past 1 KiB and rows past 64 KiB in all
  * are cut there (20 rows of 25 MB blobs would otherwise cost the worker over a gigabyte).
  */
-export const AGENT_RESULT_CAPS: ResultCaps = { maxRows: MAX_ROWS_SHOWN, maxCellBytes: 1_024, maxResultBytes: 64 * 1_024 };
+export const AGENT_RESULT_CAPS: ResultCaps = {
+  maxRows: MAX_ROWS_SHOWN,
+  maxCellBytes: 1_024,
+  maxResultBytes: 64 * 1_024,
+};
 /** Longest observation; wide results are cut here with a note. */
 const MAX_OBSERVATION_CHARS = 1_500;
 const MAX_SQL_CHARS = 4_000;

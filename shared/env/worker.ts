@@ -1,6 +1,6 @@
 import type { Context } from "hono";
 import type { z } from "zod";
-import type { HttpLimitsConfig } from "../config/limits.ts";
+import type { EnvLimitsConfig, HttpLimitsConfig } from "../config/limits.ts";
 import { createApp, DEFAULT_HTTP_LIMITS, HttpError, listen, readJson } from "../http.ts";
 import { createLogger, type Logger } from "../log.ts";
 import {
@@ -18,7 +18,7 @@ import {
 } from "../protocol/envApi.ts";
 import type { ToolSpec } from "../protocol/openai.ts";
 import { bearerHeader, requireBearer } from "../security/bearer.ts";
-import { EpisodeSession, toolSpecs } from "./session.ts";
+import { DEFAULT_EPISODE_LIMITS, EpisodeSession, toolSpecs } from "./session.ts";
 import type { TaskDefinition, TaskModule } from "./task.ts";
 
 export interface ServeTaskOptions {
@@ -43,6 +43,8 @@ export interface ServeTaskOptions {
   readonly envSecret?: string;
   /** Body limit, header/request timeouts and connection cap of the server. @default limits.http defaults */
   readonly httpLimits?: HttpLimitsConfig;
+  /** Tool calls per turn and echo length of errors (`limits.env`). @default limits.env defaults */
+  readonly episodeLimits?: EnvLimitsConfig;
   readonly log?: Logger;
 }
 
@@ -86,6 +88,7 @@ export class TaskWorker {
     private readonly log: Logger,
     private readonly envSecret?: string,
     private readonly httpLimits: HttpLimitsConfig = DEFAULT_HTTP_LIMITS,
+    private readonly episodeLimits: EnvLimitsConfig = DEFAULT_EPISODE_LIMITS,
   ) {
     if (!Number.isInteger(concurrency) || concurrency < 1)
       throw new RangeError(`concurrency must be >= 1, got ${concurrency}`);
@@ -155,7 +158,8 @@ export class TaskWorker {
     this.sessions.set(session.id, session);
     let episode: EpisodeSession;
     try {
-      episode = new EpisodeSession(this.task, await this.task.start(body.index, session.abort.signal));
+      const started = await this.task.start(body.index, session.abort.signal);
+      episode = new EpisodeSession(this.task, started, this.episodeLimits);
     } catch (error) {
       this.sessions.delete(session.id);
       if (session.abort.signal.aborted) throw new HttpError(409, `session ${session.id} was cancelled while starting`);
@@ -264,6 +268,7 @@ export async function serveTask(
     log,
     options.envSecret,
     options.httpLimits,
+    options.episodeLimits,
   );
   const server = await listen(
     worker.app(),
