@@ -1,5 +1,5 @@
 import { ControllerClient } from "../../shared/env/client.ts";
-import { type Supervisor, waitFor } from "./supervisor.ts";
+import { freePort, type Supervisor, waitFor } from "./supervisor.ts";
 
 export interface EnvStackOptions {
   /** Tasks to serve, each with its worker's session limit. */
@@ -17,6 +17,10 @@ export interface EnvStackOptions {
   readonly controllerToken?: string;
   /** The run's config file: the controller and env workers read their `limits` from it. */
   readonly configFile?: string;
+  /** Restarts of a crashed controller, on the same port: workers re-register with their next heartbeat. @default 0 */
+  readonly controllerRestarts?: number;
+  /** The controller cancels sessions idle this long (a dead rollout worker's). @default the CLI's 240000 */
+  readonly sessionIdleMs?: number;
 }
 
 /**
@@ -27,9 +31,13 @@ export interface EnvStackOptions {
 export async function startEnvStack(supervisor: Supervisor, options: EnvStackOptions): Promise<string> {
   if (options.controllerUrl) return options.controllerUrl;
   const config = options.configFile ? ["--config", options.configFile] : [];
+  const restarts = options.controllerRestarts ?? 0;
+  const port = options.controllerPort || (restarts > 0 ? await freePort() : 0);
+  const idle = options.sessionIdleMs ? ["--session-idle-ms", String(options.sessionIdleMs)] : [];
   supervisor.start({
     name: "controller",
-    args: ["controller", "--port", String(options.controllerPort ?? 0), ...config],
+    args: ["controller", "--port", String(port), ...idle, ...config],
+    maxRestarts: restarts,
   });
   const controllerUrl = await supervisor.guard(supervisor.urlOf("controller"));
   const heartbeatMs = String(options.heartbeatMs ?? 2_000);
