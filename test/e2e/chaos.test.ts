@@ -11,16 +11,17 @@ describe("chaos: every role SIGKILLed once during a run", () => {
   it("survives each kill and keeps every invariant", async () => {
     const report = await runChaos({
       runDir: tempDir("agentrl-chaos-"),
-      steps: 10,
+      // Enough steps that the trainer is still running when the round's last kill comes.
+      steps: 14,
       rounds: 1,
       chaosMs: 150_000,
-      pauseMs: [2_000, 5_000],
+      pauseMs: [1_000, 3_000],
       overlap: true,
     });
     const table = formatReport(report);
     expect(report.problems, table).toEqual([]);
     expect(report.kills.map((k) => k.role).sort(), table).toEqual([...CHAOS_ROLES].sort());
     for (const [name, held] of Object.entries(report.invariants)) expect(held, `${name}\n${table}`).toBe(true);
-    expect(report.steps).toBe(10);
+    expect(report.steps).toBe(14);
   }, 300_000);
 });
