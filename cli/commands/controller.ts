@@ -1,8 +1,9 @@
 import { type Command, InvalidArgumentError } from "commander";
+import { configFromOptions, withConfigOptions } from "../options.ts";
 
 /** `agentrl controller`: the AgentRL-compatible environment controller (default port 5020). */
 export function register(program: Command): void {
-  program
+  const controller = program
     .command("controller")
     .description("run the environment controller (AgentRL / AgentBench FC API under /api)")
     .option("--port <n>", "port to listen on (0 picks a free one)", intOption("--port", 0, 65535), 5020)
@@ -19,32 +20,37 @@ export function register(program: Command): void {
       "timeout of start_sample/interact calls to workers",
       intOption("--worker-timeout-ms", 1),
       240_000,
-    )
-    .action(
-      async (options: {
-        port: number;
-        host: string;
-        heartbeatTimeoutMs: number;
-        sessionIdleMs: number;
-        workerTimeoutMs: number;
-      }) => {
-        const { startController } = await import("../../functions/controller/controller.ts");
-        const { readSecrets } = await import("../../shared/security/secrets.ts");
-        const running = await startController({
-          ...readSecrets(),
-          port: options.port,
-          host: options.host,
-          heartbeatTimeoutMs: options.heartbeatTimeoutMs,
-          forgetAfterMs: Math.max(35_000, options.heartbeatTimeoutMs * 3),
-          sessionIdleTimeoutMs: options.sessionIdleMs,
-          workerTimeoutMs: options.workerTimeoutMs,
-        });
-        process.stdout.write(`${JSON.stringify({ event: "listening", role: "controller", url: running.url })}\n`);
-        const stop = () => void running.close().then(() => process.exit(0));
-        process.once("SIGINT", stop);
-        process.once("SIGTERM", stop);
-      },
     );
+  withConfigOptions(controller).action(
+    async (options: {
+      port: number;
+      host: string;
+      heartbeatTimeoutMs: number;
+      sessionIdleMs: number;
+      workerTimeoutMs: number;
+      config?: string;
+      set?: string[];
+    }) => {
+      const { startController } = await import("../../functions/controller/controller.ts");
+      const { readSecrets } = await import("../../shared/security/secrets.ts");
+      // Body limit, timeouts and connection cap from the config's `limits.http`.
+      const { limits } = await configFromOptions(options);
+      const running = await startController({
+        httpLimits: limits.http,
+        ...readSecrets(),
+        port: options.port,
+        host: options.host,
+        heartbeatTimeoutMs: options.heartbeatTimeoutMs,
+        forgetAfterMs: Math.max(35_000, options.heartbeatTimeoutMs * 3),
+        sessionIdleTimeoutMs: options.sessionIdleMs,
+        workerTimeoutMs: options.workerTimeoutMs,
+      });
+      process.stdout.write(`${JSON.stringify({ event: "listening", role: "controller", url: running.url })}\n`);
+      const stop = () => void running.close().then(() => process.exit(0));
+      process.once("SIGINT", stop);
+      process.once("SIGTERM", stop);
+    },
+  );
 }
 
 /** Commander parser for an integer option in [min, max]; failures name the option and the range. */

@@ -49,6 +49,8 @@ export function register(program: Command): void {
     ) => {
       const module = await loadTask(name);
       const concurrency = options.concurrency ?? (await concurrencyOf(name, options));
+      // The worker's HTTP limits and per-turn limits come from the config's `limits` section.
+      const { limits } = await configFromOptions(options);
       const { serveTask } = await import("../../shared/env/worker.ts");
       const { readSecrets } = await import("../../shared/security/secrets.ts");
       const { envSecret } = readSecrets();
@@ -65,6 +67,8 @@ export function register(program: Command): void {
           ...(options.maxEpisodes !== undefined ? { maxEpisodes: options.maxEpisodes } : {}),
           ...(options.maxAge !== undefined ? { maxAgeMs: options.maxAge * 1000 } : {}),
         },
+        httpLimits: limits.http,
+        episodeLimits: limits.env,
       });
       process.stdout.write(
         `${JSON.stringify({ event: "listening", role: "env-worker", task: name, url: worker.url, address: worker.address })}\n`,
@@ -138,8 +142,10 @@ export async function concurrencyOf(task: string, options: { config?: string; se
   if (!options.config && !options.set?.length) return 32;
   const config = await configFromOptions(options);
   const entry = config.tasks.mix.find((t) => t.name === task);
+  // An AgentRlError, not commander's InvalidArgumentError: thrown from an action, the latter
+  // ends the process with no message.
   if (!entry)
-    throw new InvalidArgumentError(
+    throw new AgentRlError(
       `task "${task}" is not in the config's tasks.mix (${config.tasks.mix.map((t) => t.name).join(", ")}); add it or pass --concurrency`,
     );
   return entry.concurrency;

@@ -139,6 +139,7 @@ async function makeDriver(options: PoolCliOptions, experimentId: string, log: im
       controllerUrl: options.controller,
       stateDir: options.stateDir ?? join(tmpdir(), "agentrl-envpool", options.task),
       heartbeatMs: options.heartbeatMs,
+      ...(options.config ? { configFile: options.config } : {}),
       log,
     });
   }

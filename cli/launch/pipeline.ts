@@ -33,6 +33,12 @@ export interface PipelineOptions {
   readonly signal?: AbortSignal;
   readonly log?: Logger;
   readonly progress?: ProgressView;
+  /** Restarts allowed per role (every role: servers come back on their port). @default 3 */
+  readonly roleRestarts?: number;
+  /** The controller cancels sessions idle this long (those of a crashed rollout worker). @default 240000 */
+  readonly sessionIdleMs?: number;
+  /** Runs once training has ended and the rollout side has stopped, while the env stack still runs (checks). */
+  readonly afterTraining?: (run: { readonly controllerUrl: string; readonly controllerToken: string }) => Promise<void>;
 }
 
 export interface PipelineResult {
@@ -60,6 +66,7 @@ export async function runPipeline(options: PipelineOptions): Promise<PipelineRes
   writeFileSync(configFile, `${JSON.stringify(config, null, 2)}\n`);
   const log = options.log ?? createLogger({ role: "pipeline", experimentId: config.experimentId });
   const started = Date.now();
+  const restarts = options.roleRestarts ?? ROLE_RESTARTS;
 
   const transport = await createTransport(config.transport);
   const checkpoints = transport.store("checkpoints");
@@ -82,19 +89,22 @@ export async function runPipeline(options: PipelineOptions): Promise<PipelineRes
     const controllerUrl = await startEnvStack(supervisor, {
       ...(config.tasks.controllerUrl ? { controllerUrl: config.tasks.controllerUrl } : {}),
       tasks: config.tasks.mix.map((t) => ({ name: t.name, concurrency: t.concurrency })),
-      workerRestarts: ROLE_RESTARTS,
+      workerRestarts: restarts,
+      controllerRestarts: restarts,
       controllerToken: secrets.controllerSecret,
+      configFile,
+      ...(options.sessionIdleMs ? { sessionIdleMs: options.sessionIdleMs } : {}),
       pools: {
-        configFile,
         stateDir: join(runDir, "envpool"),
         idleTasks: config.tasks.mix.filter((t) => t.minWorkers === 0).map((t) => t.name),
       },
     });
-    const currentUrl = await startPolicyServer(supervisor, { name: "policy-current", configFile, pool: "current" });
+    const servers = { configFile, maxRestarts: restarts };
+    const currentUrl = await startPolicyServer(supervisor, { ...servers, name: "policy-current", pool: "current" });
     const cross = config.rollout.crossPolicy;
     const staleUrl =
       cross.enabled && cross.staleProbability > 0
-        ? await startPolicyServer(supervisor, { name: "policy-stale", configFile, pool: "stale" })
+        ? await startPolicyServer(supervisor, { ...servers, name: "policy-stale", pool: "stale" })
         : undefined;
     const metricsFile = join(runDir, "metrics.jsonl");
     // These roles keep their state in the queues and stores, so a crashed one is restarted and
@@ -104,16 +114,16 @@ export async function runPipeline(options: PipelineOptions): Promise<PipelineRes
       name: "trainer",
       args: ["trainer", "--config", configFile, "--metrics", metricsFile],
       primary: true,
-      maxRestarts: ROLE_RESTARTS,
+      maxRestarts: restarts,
     });
-    supervisor.start({ name: "feeder", args: ["feeder", "--config", configFile], maxRestarts: ROLE_RESTARTS });
+    supervisor.start({ name: "feeder", args: ["feeder", "--config", configFile], maxRestarts: restarts });
     for (let i = 0; i < config.rollout.workers; i++) {
       const urls = ["--controller-url", controllerUrl, "--current-url", currentUrl];
       if (staleUrl) urls.push("--stale-url", staleUrl);
       supervisor.start({
         name: `rollout-${i}`,
         args: ["rollout", "--config", configFile, ...urls],
-        maxRestarts: ROLE_RESTARTS,
+        maxRestarts: restarts,
       });
     }
     log.info({ runDir, controllerUrl, currentUrl, staleUrl }, "pipeline running");
@@ -130,6 +140,7 @@ export async function runPipeline(options: PipelineOptions): Promise<PipelineRes
     if (!interrupted) {
       for (const role of ["feeder", ...Array.from({ length: config.rollout.workers }, (_, i) => `rollout-${i}`)])
         await supervisor.stop(role);
+      await options.afterTraining?.({ controllerUrl, controllerToken: secrets.controllerSecret });
       await supervisor.stop("policy-current");
       if (staleUrl) await supervisor.stop("policy-stale");
       const newest = await newestVersion(checkpoints);

@@ -1,4 +1,4 @@
-import type { Supervisor } from "./supervisor.ts";
+import { freePort, type Supervisor } from "./supervisor.ts";
 
 export interface PolicyServerSpec {
   /** Role name (log file name), e.g. `policy-current`. */
@@ -9,13 +9,16 @@ export interface PolicyServerSpec {
   readonly pool: "current" | "stale" | "pinned";
   /** For `pinned`: the version (number or `newest` at start). */
   readonly version?: number | "newest";
+  /** Restarts after a crash, on the same port (it loads the newest version again). @default 0 */
+  readonly maxRestarts?: number;
 }
 
 /** Starts `agentrl policy serve` as a child process and returns its OpenAI base URL (`.../v1`). */
 export async function startPolicyServer(supervisor: Supervisor, spec: PolicyServerSpec): Promise<string> {
-  const args = ["policy", "serve", "--port", "0", "--config", spec.configFile];
+  const port = spec.maxRestarts ? await freePort() : 0;
+  const args = ["policy", "serve", "--port", String(port), "--config", spec.configFile];
   if (spec.pool === "pinned") args.push("--pin", "--set", `policy.init=${spec.version ?? "newest"}`);
   else args.push("--pool", spec.pool);
-  supervisor.start({ name: spec.name, args });
+  supervisor.start({ name: spec.name, args, maxRestarts: spec.maxRestarts ?? 0 });
   return `${await supervisor.guard(supervisor.urlOf(spec.name, 180_000))}/v1`;
 }

@@ -1,6 +1,6 @@
 import { join } from "node:path";
 import { ControllerClient } from "../../shared/env/client.ts";
-import { type Supervisor, waitFor } from "./supervisor.ts";
+import { freePort, type Supervisor, waitFor } from "./supervisor.ts";
 
 export interface EnvStackOptions {
   /** Tasks to serve, each with its worker's session limit. */
@@ -16,13 +16,17 @@ export interface EnvStackOptions {
   readonly workerRestarts?: number;
   /** Bearer key of the controller's session API, for the readiness check. */
   readonly controllerToken?: string;
+  /** The run's config file: the controller, env workers and env pools read it (`limits`, `tasks.mix`). */
+  readonly configFile?: string;
+  /** Restarts of a crashed controller, on the same port: workers re-register with their next heartbeat. @default 0 */
+  readonly controllerRestarts?: number;
+  /** The controller cancels sessions idle this long (a dead rollout worker's). @default the CLI's 240000 */
+  readonly sessionIdleMs?: number;
   /**
-   * Run one env pool manager per task (`agentrl env pool`, process driver) instead of one fixed
-   * worker: the pool sizes, recycles and replaces workers by the config's tasks.mix entry.
+   * Run one env pool manager per task (`agentrl env pool`, process driver, sized by the config
+   * file's tasks.mix entry) instead of one fixed worker per task. Needs `configFile`.
    */
   readonly pools?: {
-    /** The run's config file: each pool reads its task's tasks.mix entry from it. */
-    readonly configFile: string;
     /** Parent of each pool's state folder (pid files and worker logs, `<dir>/<task>/`). */
     readonly stateDir: string;
     /** Tasks whose pool keeps no worker when idle (minWorkers 0): not waited for. */
@@ -38,10 +42,19 @@ export interface EnvStackOptions {
  */
 export async function startEnvStack(supervisor: Supervisor, options: EnvStackOptions): Promise<string> {
   if (options.controllerUrl) return options.controllerUrl;
-  supervisor.start({ name: "controller", args: ["controller", "--port", String(options.controllerPort ?? 0)] });
+  const config = options.configFile ? ["--config", options.configFile] : [];
+  const restarts = options.controllerRestarts ?? 0;
+  const port = options.controllerPort || (restarts > 0 ? await freePort() : 0);
+  const idle = options.sessionIdleMs ? ["--session-idle-ms", String(options.sessionIdleMs)] : [];
+  supervisor.start({
+    name: "controller",
+    args: ["controller", "--port", String(port), ...idle, ...config],
+    maxRestarts: restarts,
+  });
   const controllerUrl = await supervisor.guard(supervisor.urlOf("controller"));
   const heartbeatMs = String(options.heartbeatMs ?? 2_000);
   const pools = options.pools;
+  if (pools && !options.configFile) throw new Error("startEnvStack: env pools need the run's configFile");
   for (const task of pools ? [] : options.tasks) {
     supervisor.start({
       name: `env-${task.name}`,
@@ -55,6 +68,7 @@ export async function startEnvStack(supervisor: Supervisor, options: EnvStackOpt
         String(task.concurrency),
         "--heartbeat-ms",
         heartbeatMs,
+        ...config,
       ],
       maxRestarts: options.workerRestarts ?? 0,
     });
@@ -70,8 +84,7 @@ export async function startEnvStack(supervisor: Supervisor, options: EnvStackOpt
         controllerUrl,
         "--task",
         task.name,
-        "--config",
-        pools?.configFile ?? "",
+        ...config,
         "--state-dir",
         join(pools?.stateDir ?? "", task.name),
         "--heartbeat-ms",

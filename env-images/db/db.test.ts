@@ -175,6 +175,40 @@ describe("db tools", () => {
     });
   });
 
+  it("caps cells and result bytes in the SQL thread: 20 rows of 25 MB blobs cost little memory", async () => {
+    const index = firstIndexOfKind("count");
+    const roomy = createDbTask({ statementTimeoutMs: 60_000 });
+    await withEpisode(
+      index,
+      async (episode) => {
+        await episode.call("execute_sql", { query: "SELECT 1" }, never);
+        const baseline = process.memoryUsage().rss;
+        let peak = baseline;
+        const sampler = setInterval(() => {
+          peak = Math.max(peak, process.memoryUsage().rss);
+        }, 5);
+        const big = await episode.call(
+          "execute_sql",
+          {
+            query:
+              "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 20) " +
+              "SELECT zeroblob(25000000) AS b, printf('%.*c', 3000, 'x') AS t1, printf('%.*c', 3000, 'y') AS t2, " +
+              "printf('%.*c', 3000, 'z') AS t3 FROM c",
+          },
+          never,
+        );
+        clearInterval(sampler);
+        peak = Math.max(peak, process.memoryUsage().rss);
+        // Uncapped, the 500 MB of blobs were held in the thread and copied to the host (over 1 GB).
+        expect((peak - baseline) / 2 ** 20).toBeLessThan(300);
+        expect(big.observation).toContain("[64 cells truncated to 1024 bytes]");
+        expect(big.observation).toContain("[result truncated: 16 of 20 rows kept, the result passed 65536 bytes]");
+        expect(big.observation).toContain("<blob 1024 bytes>");
+      },
+      roomy,
+    );
+  });
+
   it("stops a running query when the episode is cancelled", async () => {
     const index = firstIndexOfKind("count");
     // A statement timeout far beyond the bound below, so only the cancel can have stopped it.

@@ -12,8 +12,18 @@ const WORKER_URL = new URL("./sqlWorker.mjs", import.meta.url);
 const SqlValue = z.union([z.string(), z.number(), z.null(), z.instanceof(Uint8Array)]);
 export type SqlValue = z.infer<typeof SqlValue>;
 
-/** One statement's result: the first rows (up to the request's maxRows) and how many there were. */
-const ResultSet = z.object({ columns: z.array(z.string()), values: z.array(z.array(SqlValue)), total: z.number() });
+/**
+ * One statement's result: the first rows (up to the request's maxRows and result bytes) and how
+ * many there were; `truncatedCells` cells were cut to the cell cap, and `byteLimited` says rows
+ * were left out for the result cap.
+ */
+const ResultSet = z.object({
+  columns: z.array(z.string()),
+  values: z.array(z.array(SqlValue)),
+  total: z.number(),
+  truncatedCells: z.number(),
+  byteLimited: z.boolean(),
+});
 export type ResultSet = z.infer<typeof ResultSet>;
 
 const WorkerReply = z.discriminatedUnion("ok", [
@@ -22,7 +32,21 @@ const WorkerReply = z.discriminatedUnion("ok", [
 ]);
 type WorkerReply = z.infer<typeof WorkerReply>;
 
-type WorkerRequest = { op: "reset"; sql: string } | { op: "exec"; sql: string; maxRows: number } | { op: "close" };
+/** How much of a result crosses from the SQL thread: rows, bytes per cell, bytes in all. */
+export interface ResultCaps {
+  readonly maxRows: number;
+  readonly maxCellBytes: number;
+  readonly maxResultBytes: number;
+}
+
+/** No cap: the judge reads whole tables and reference results. */
+const UNCAPPED: ResultCaps = {
+  maxRows: Number.MAX_SAFE_INTEGER,
+  maxCellBytes: Number.MAX_SAFE_INTEGER,
+  maxResultBytes: Number.MAX_SAFE_INTEGER,
+};
+
+type WorkerRequest = { op: "reset"; sql: string } | ({ op: "exec"; sql: string } & ResultCaps) | { op: "close" };
 
 /** What one statement (or script) did. */
 export type ExecOutcome =
@@ -148,10 +172,10 @@ export class SqlSession {
     return session;
   }
 
-  /** Runs SQL text (one statement or several separated by `;`), keeping at most `maxRows` rows per result. */
-  async exec(sql: string, signal?: AbortSignal, maxRows = 50): Promise<ExecOutcome> {
+  /** Runs SQL text (one statement or several separated by `;`), keeping of each result what `caps` allow. */
+  async exec(sql: string, signal?: AbortSignal, caps: ResultCaps = UNCAPPED): Promise<ExecOutcome> {
     const worker = await this.ensureWorker();
-    const reply = await worker.request({ op: "exec", sql, maxRows }, this.timeoutMs, signal);
+    const reply = await worker.request({ op: "exec", sql, ...caps }, this.timeoutMs, signal);
     if (reply === "timeout") {
       this.worker = undefined;
       return { kind: "timeout", limitMs: this.timeoutMs };
@@ -173,10 +197,7 @@ export class SqlSession {
   /** Every row of `table` (null when the table cannot be read, e.g. it was dropped). */
   async tableRows(table: string): Promise<SqlValue[][] | null> {
     const worker = await this.ensureWorker();
-    const reply = await worker.request(
-      { op: "exec", sql: `SELECT * FROM "${table}"`, maxRows: Number.MAX_SAFE_INTEGER },
-      REBUILD_LIMIT_MS,
-    );
+    const reply = await worker.request({ op: "exec", sql: `SELECT * FROM "${table}"`, ...UNCAPPED }, REBUILD_LIMIT_MS);
     if (reply === "timeout" || !reply.ok) return null;
     return reply.results[0]?.values ?? [];
   }
@@ -205,7 +226,8 @@ export class SqlSession {
       await worker.terminate();
       throw new Error(`could not build the database: ${setup === "timeout" ? "timed out" : setup.error}`);
     }
-    for (const sql of this.history) await worker.request({ op: "exec", sql, maxRows: 0 }, REBUILD_LIMIT_MS);
+    for (const sql of this.history)
+      await worker.request({ op: "exec", sql, ...UNCAPPED, maxRows: 0 }, REBUILD_LIMIT_MS);
     this.worker = worker;
     return worker;
   }

@@ -13,6 +13,23 @@ function totalChanges() {
   return db.exec("SELECT total_changes()")[0].values[0][0];
 }
 
+/** Bytes a cell takes in a reply (UTF-8 for text). */
+function cellBytes(value) {
+  if (typeof value === "string") return Buffer.byteLength(value);
+  if (value instanceof Uint8Array) return value.byteLength;
+  return 8;
+}
+
+/** The cell cut to at most `limit` bytes (a copy, so the full value can be freed), or itself. */
+function capCell(value, limit) {
+  if (value instanceof Uint8Array) return value.byteLength > limit ? value.slice(0, limit) : value;
+  if (typeof value !== "string" || value.length * 3 <= limit || Buffer.byteLength(value) <= limit) return value;
+  // Through a Buffer, so the result is a fresh string (a plain slice may keep the whole value
+  // alive) and a character split at the limit is dropped, not half-kept.
+  const cut = Buffer.from(value.slice(0, limit)).subarray(0, limit).toString();
+  return cut.endsWith("\uFFFD") ? cut.slice(0, -1) : cut;
+}
+
 function run(message) {
   switch (message.op) {
     case "reset": {
@@ -33,11 +50,26 @@ function run(message) {
           const columns = statement.getColumnNames();
           const values = [];
           let total = 0;
+          let truncatedCells = 0;
+          let keptBytes = 0;
+          let byteLimited = false;
           while (statement.step()) {
             total += 1;
-            if (values.length < message.maxRows) values.push(statement.get());
+            if (values.length >= message.maxRows || byteLimited) continue;
+            // Cap here, in the SQL thread: a huge cell is cut before it is kept or posted to the
+            // host, so only one row of full-size values is alive at a time.
+            const full = statement.get();
+            const row = full.map((value) => capCell(value, message.maxCellBytes));
+            const bytes = row.reduce((sum, value) => sum + cellBytes(value), 0);
+            if (keptBytes + bytes > message.maxResultBytes) {
+              byteLimited = true;
+              continue;
+            }
+            keptBytes += bytes;
+            truncatedCells += row.filter((value, i) => value !== full[i]).length;
+            values.push(row);
           }
-          if (columns.length > 0) results.push({ columns, values, total });
+          if (columns.length > 0) results.push({ columns, values, total, truncatedCells, byteLimited });
         } finally {
           statement.free();
         }

@@ -1,7 +1,7 @@
 import { createHash } from "node:crypto";
 import { z } from "zod";
 import type { Episode, StepResult, TaskDefinition, ToolDefinition } from "../../shared/env/task.ts";
-import { type ExecOutcome, type ResultSet, SqlSession, type SqlValue } from "./engine.ts";
+import { type ExecOutcome, type ResultCaps, type ResultSet, SqlSession, type SqlValue } from "./engine.ts";
 import { DB_SPLITS, type DbInstance, generateDbInstance, isMutation } from "./generator.ts";
 
 /**
@@ -18,6 +18,15 @@ export const DEFAULT_STATEMENT_TIMEOUT_MS = 2_000;
 /** At most this many result rows are shown; the rest are counted. */
 const MAX_ROWS_SHOWN = 20;
 const MAX_CELL_CHARS = 60;
+/**
+ * What of an agent's result leaves the SQL thread: cells past 1 KiB and rows past 64 KiB in all
+ * are cut there (20 rows of 25 MB blobs would otherwise cost the worker over a gigabyte).
+ */
+export const AGENT_RESULT_CAPS: ResultCaps = {
+  maxRows: MAX_ROWS_SHOWN,
+  maxCellBytes: 1_024,
+  maxResultBytes: 64 * 1_024,
+};
 /** Longest observation; wide results are cut here with a note. */
 const MAX_OBSERVATION_CHARS = 1_500;
 const MAX_SQL_CHARS = 4_000;
@@ -70,6 +79,21 @@ function renderResultSet(set: ResultSet): string {
   return lines.join("\n");
 }
 
+/** What the SQL thread cut from a result, in the agent's words. */
+function capNotes(set: ResultSet): string[] {
+  const notes: string[] = [];
+  if (set.truncatedCells > 0) {
+    const cells = set.truncatedCells === 1 ? "cell" : "cells";
+    notes.push(`[${set.truncatedCells} ${cells} truncated to ${AGENT_RESULT_CAPS.maxCellBytes} bytes]`);
+  }
+  if (set.byteLimited) {
+    notes.push(
+      `[result truncated: ${set.values.length} of ${set.total} rows kept, the result passed ${AGENT_RESULT_CAPS.maxResultBytes} bytes]`,
+    );
+  }
+  return notes;
+}
+
 /** The text an agent reads after `execute_sql`. */
 export function renderOutcome(outcome: ExecOutcome): string {
   switch (outcome.kind) {
@@ -85,9 +109,12 @@ export function renderOutcome(outcome: ExecOutcome): string {
           : "OK, no rows returned.";
       }
       const text = withColumns.map(renderResultSet).join("\n\n");
-      return text.length > MAX_OBSERVATION_CHARS
-        ? `${text.slice(0, MAX_OBSERVATION_CHARS)}\n... (output cut at ${MAX_OBSERVATION_CHARS} characters)`
-        : text;
+      const shown =
+        text.length > MAX_OBSERVATION_CHARS
+          ? `${text.slice(0, MAX_OBSERVATION_CHARS)}\n... (output cut at ${MAX_OBSERVATION_CHARS} characters)`
+          : text;
+      // The notes come after the cut, so the agent always learns that its result was capped.
+      return [shown, ...withColumns.flatMap(capNotes)].join("\n");
     }
   }
 }
@@ -131,7 +158,7 @@ type Expected = { readonly answers: readonly string[] } | { readonly hash: strin
 async function groundTruth(instance: DbInstance, timeoutMs: number): Promise<Expected> {
   const scratch = await SqlSession.open(instance.setupSql, Math.max(timeoutMs, 5_000));
   try {
-    const outcome = await scratch.exec(instance.referenceSql, undefined, 10_000);
+    const outcome = await scratch.exec(instance.referenceSql);
     if (!isMutation(instance.kind)) return { answers: flattenCells(outcome) };
     if (outcome.kind !== "ok") throw new Error(`reference statement failed: ${renderOutcome(outcome)}`);
     return { hash: tableHash(await scratch.tableRows(instance.table)) };
@@ -160,7 +187,7 @@ class DbEpisode implements Episode {
   async call(tool: string, args: unknown, signal: AbortSignal): Promise<StepResult> {
     if (tool === "execute_sql") {
       const { query } = ExecuteSqlArgs.parse(args);
-      return { observation: renderOutcome(await this.sql.exec(query, signal, MAX_ROWS_SHOWN)) };
+      return { observation: renderOutcome(await this.sql.exec(query, signal, AGENT_RESULT_CAPS)) };
     }
     const { answers } = CommitFinalAnswerArgs.parse(args);
     let correct: boolean;

@@ -23,6 +23,8 @@ export interface ProcessDriverOptions {
   readonly logDir?: string;
   /** Heartbeat period of the workers. @default 2000 */
   readonly heartbeatMs?: number;
+  /** The run's config file, passed on to each worker (its `limits`). */
+  readonly configFile?: string;
   /** SIGKILL a worker this long after SIGTERM. @default 5000 */
   readonly stopGraceMs?: number;
   readonly log: Logger;
@@ -68,6 +70,7 @@ export class ProcessDriver implements WorkerDriver {
       "--heartbeat-ms",
       String(this.options.heartbeatMs ?? 2_000),
     ];
+    if (this.options.configFile !== undefined) args.push("--config", this.options.configFile);
     if (spec.maxEpisodes !== undefined) args.push("--max-episodes", String(spec.maxEpisodes));
     if (spec.maxAgeSeconds !== undefined) args.push("--max-age", String(spec.maxAgeSeconds));
     const launchedAt = Date.now();

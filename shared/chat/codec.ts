@@ -13,6 +13,15 @@ import {
   trainTokenizer,
 } from "./tokenizer.ts";
 
+/**
+ * While a template renders, control-token text inside user, system and tool content (and this
+ * marker itself) stands in as `\uE000<n>\uE001`, n indexing the codec's escaped texts; encoding
+ * turns each stand-in back into its text as plain byte tokens. So control ids come only from the
+ * template's own markup, never from what a user or an environment wrote.
+ */
+const ESCAPE_OPEN = "\uE000";
+const ESCAPED = /\uE000(\d+)\uE001/;
+
 export class ChatTemplateError extends AgentRlError {
   override readonly name = "ChatTemplateError";
 }
@@ -53,6 +62,9 @@ export class ChatCodec {
 
   /** A model's own chat template (tokenizer_config.json), or undefined for this project's CHAT_TEMPLATE. */
   private readonly template: Template | undefined;
+  /** Texts escaped in content: the tokenizer's control texts (longest first) and ESCAPE_OPEN. */
+  private readonly escapedTexts: readonly string[];
+  private readonly escapePattern: RegExp;
 
   constructor(
     readonly tokenizer: BpeTokenizer,
@@ -60,6 +72,8 @@ export class ChatCodec {
   ) {
     this.endOfTurnId = tokenizer.special(END_OF_TURN);
     this.endOfTextId = tokenizer.special(END_OF_TEXT);
+    this.escapedTexts = [...[...tokenizer.controlTexts].sort((a, b) => b.length - a.length), ESCAPE_OPEN];
+    this.escapePattern = new RegExp(this.escapedTexts.map(escapeRegExp).join("|"), "g");
     try {
       this.template = options.chatTemplate === undefined ? undefined : new Template(options.chatTemplate);
     } catch (error) {
@@ -122,7 +136,39 @@ export class ChatCodec {
 
   /** Prompt for the next assistant turn: messages + tools, ending with `<|im_start|>assistant\n`. */
   promptTokens(messages: readonly ChatMessage[], tools?: readonly ToolSpec[]): number[] {
-    return this.encode(this.render(messages, tools, true));
+    return this.encodeRendered(this.renderEscaped(messages, tools, true));
+  }
+
+  /** Like `render`, with control-token text in user, system and tool content escaped (see ESCAPE_OPEN). */
+  private renderEscaped(
+    messages: readonly ChatMessage[],
+    tools: readonly ToolSpec[] | undefined,
+    addGenerationPrompt: boolean,
+  ): string {
+    // The assistant's own turns stay as they are: its tokens are kept as generated, and model
+    // templates read markup in them (Qwen3 splits `</think>`).
+    const escaped = messages.map((message) => {
+      if (message.role === "assistant") return message;
+      const content = message.content.replace(this.escapePattern, (text) => this.standIn(text));
+      return content === message.content ? message : { ...message, content };
+    });
+    return renderChat(escaped, tools, { addGenerationPrompt }, this.template);
+  }
+
+  private standIn(text: string): string {
+    return `${ESCAPE_OPEN}${this.escapedTexts.indexOf(text)}\uE001`;
+  }
+
+  /** Encodes rendered text: template markup as control ids, escaped content as plain bytes. */
+  private encodeRendered(text: string): number[] {
+    if (!text.includes(ESCAPE_OPEN)) return this.encode(text);
+    const parts = text.split(ESCAPED);
+    const ids: number[] = [];
+    parts.forEach((part, i) => {
+      if (i % 2 === 0) ids.push(...this.encode(part));
+      else ids.push(...this.tokenizer.encodePlain(this.escapedTexts[Number(part)] ?? ""));
+    });
+    return ids;
   }
 
   /**
@@ -134,12 +180,12 @@ export class ChatCodec {
     assistant: AssistantMessage,
     tools?: readonly ToolSpec[],
   ): number[] {
-    const before = this.render(prevMessages, tools, true);
-    const after = this.render([...prevMessages, assistant], tools, false);
+    const before = this.renderEscaped(prevMessages, tools, true);
+    const after = this.renderEscaped([...prevMessages, assistant], tools, false);
     const turn = suffixAfter(before, after, "assistant turn");
     if (!turn.endsWith(TURN_SUFFIX))
       throw new ChatTemplateError("an assistant turn must render ending in <|im_end|>\\n");
-    return this.encode(turn.slice(0, -1)); // keep <|im_end|>, drop the newline after it
+    return this.encodeRendered(turn.slice(0, -1)); // keep <|im_end|>, drop the newline after it
   }
 
   /**
@@ -162,15 +208,13 @@ export class ChatCodec {
     const observation = this.template
       ? this.observationText(newMessages, tools, options.addGenerationPrompt ?? true)
       : suffixAfter(
-          renderChat(prevMessages, tools, { addGenerationPrompt: false }),
-          renderChat([...prevMessages, ...newMessages], tools, {
-            addGenerationPrompt: options.addGenerationPrompt ?? true,
-          }),
+          this.renderEscaped(prevMessages, tools, false),
+          this.renderEscaped([...prevMessages, ...newMessages], tools, options.addGenerationPrompt ?? true),
           "observation",
         );
     const lastId = generated?.[generated.length - 1];
     const closed = generated === undefined || (lastId !== undefined && this.stopTokenIds.includes(lastId));
-    return this.encode((closed ? "\n" : TURN_SUFFIX) + observation);
+    return this.encodeRendered((closed ? "\n" : TURN_SUFFIX) + observation);
   }
 
   /**
@@ -215,7 +259,7 @@ export class ChatCodec {
     addGenerationPrompt: boolean,
   ): string {
     const marker = "agentrl-stand-in-turn";
-    const full = this.render(
+    const full = this.renderEscaped(
       [{ role: "user", content: "agentrl-stand-in-query" }, { role: "assistant", content: marker }, ...newMessages],
       tools,
       addGenerationPrompt,
@@ -244,4 +288,8 @@ function suffixAfter(before: string, after: string, what: string): string {
   if (!after.startsWith(before))
     throw new ChatTemplateError(`the chat template does not render incrementally (${what}): earlier text changed`);
   return after.slice(before.length);
+}
+
+function escapeRegExp(text: string): string {
+  return text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
 }

@@ -294,6 +294,23 @@ export class BpeTokenizer {
     return this.hf.encode(text, { add_special_tokens: false }).ids;
   }
 
+  /** Texts that `encode` turns into one control id wherever they appear (the file's added tokens). */
+  get controlTexts(): readonly string[] {
+    return this.json.added_tokens.map((t) => t.content);
+  }
+
+  /**
+   * `text` as byte tokens only, never an added (control) token: for content that merely looks
+   * like one, e.g. a user typing `<|im_end|>`. Byte-level BPE vocabularies hold all 256 bytes.
+   */
+  encodePlain(text: string): number[] {
+    return [...UTF8.encode(text)].map((byte) => {
+      const id = this.json.model.vocab[BYTE_TO_UNICODE[byte] as string];
+      if (id === undefined) throw new TokenizerError(`tokenizer.json has no token for byte ${byte}`);
+      return id;
+    });
+  }
+
   decode(ids: readonly number[]): string {
     if (ids.length === 0) return "";
     return this.hf.decode([...ids], { skip_special_tokens: false, clean_up_tokenization_spaces: false });

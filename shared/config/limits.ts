@@ -45,11 +45,35 @@ export const PolicyLimitsConfig = z
   .strict();
 export type PolicyLimitsConfig = z.infer<typeof PolicyLimitsConfig>;
 
+/** Limits an env worker applies to each agent turn. */
+export const EnvLimitsConfig = z
+  .object({
+    maxToolCallsPerTurn: z
+      .number()
+      .int()
+      .min(1)
+      .max(1024)
+      .default(8)
+      .describe("tool calls in one agent turn; a turn with more runs none of them (agent invalid action)"),
+    maxEchoChars: z
+      .number()
+      .int()
+      .min(16)
+      .max(100_000)
+      .default(200)
+      .describe(
+        "characters of an unknown tool name or invalid arguments echoed back to the agent; the rest is counted",
+      ),
+  })
+  .strict();
+export type EnvLimitsConfig = z.infer<typeof EnvLimitsConfig>;
+
 /** `limits`: every resource cap a caller can hit, in one place (README "Security and limits"). */
 export const LimitsConfig = z
   .object({
     http: HttpLimitsConfig.prefault({}),
     policy: PolicyLimitsConfig.prefault({}),
+    env: EnvLimitsConfig.prefault({}),
   })
   .strict();
 export type LimitsConfig = z.infer<typeof LimitsConfig>;

@@ -100,6 +100,8 @@ export const CONFIG_READERS: Readonly<Record<string, readonly string[]>> = {
   "limits.http.maxConnections": ["shared/http.ts"],
   "limits.policy.maxQueuedSequences": ["trainer-image/policy-server/app.ts"],
   "limits.policy.requestDeadlineSeconds": ["trainer-image/policy-server/app.ts"],
+  "limits.env.maxToolCallsPerTurn": ["shared/env/session.ts"],
+  "limits.env.maxEchoChars": ["shared/env/session.ts"],
   "evaluation.instances": ["cli/launch/pipeline.ts"],
   "evaluation.temperature": ["cli/launch/eval.ts"],
   "evaluation.topP": ["cli/launch/eval.ts"],

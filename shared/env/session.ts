@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { EnvLimitsConfig } from "../config/limits.ts";
 import { formatPath } from "../errors.ts";
 import type { SampleStatus } from "../protocol/envApi.ts";
 import type { AssistantMessage, ChatMessage, ToolMessage, ToolSpec } from "../protocol/openai.ts";
@@ -12,15 +13,14 @@ export function toolSpecs(task: TaskDefinition): ToolSpec[] {
   });
 }
 
-/** Episode limits a caller cannot pass (ServeTaskOptions.episodeLimits). */
-export interface EpisodeLimits {
-  /** Tool calls one assistant turn may make; a turn with more runs none (`agent invalid action`). @default 8 */
-  readonly maxToolCallsPerTurn: number;
-  /** Characters of a tool name or argument text echoed back in an error; the rest is counted. @default 200 */
-  readonly maxEchoChars: number;
-}
+/**
+ * Episode limits a caller cannot pass (`limits.env`, ServeTaskOptions.episodeLimits): tool calls
+ * per turn (a turn with more runs none) and characters of a bad tool name or argument text
+ * echoed back in an error.
+ */
+export type EpisodeLimits = EnvLimitsConfig;
 
-export const DEFAULT_EPISODE_LIMITS: EpisodeLimits = { maxToolCallsPerTurn: 8, maxEchoChars: 200 };
+export const DEFAULT_EPISODE_LIMITS: EpisodeLimits = EnvLimitsConfig.parse({});
 
 /** `text` cut to `max` characters with a note of how much was left out (never echo a caller's megabytes back). */
 export function capEcho(text: string, max: number): string {

@@ -1,6 +1,6 @@
 import type { Context } from "hono";
 import type { z } from "zod";
-import type { HttpLimitsConfig } from "../config/limits.ts";
+import type { EnvLimitsConfig, HttpLimitsConfig } from "../config/limits.ts";
 import { createApp, DEFAULT_HTTP_LIMITS, HttpError, listen, readJson } from "../http.ts";
 import { createLogger, type Logger } from "../log.ts";
 import {
@@ -18,7 +18,7 @@ import {
 } from "../protocol/envApi.ts";
 import type { ToolSpec } from "../protocol/openai.ts";
 import { bearerHeader, requireBearer } from "../security/bearer.ts";
-import { EpisodeSession, toolSpecs } from "./session.ts";
+import { DEFAULT_EPISODE_LIMITS, EpisodeSession, toolSpecs } from "./session.ts";
 import type { TaskDefinition, TaskModule } from "./task.ts";
 
 export interface ServeTaskOptions {
@@ -45,6 +45,8 @@ export interface ServeTaskOptions {
   readonly httpLimits?: HttpLimitsConfig;
   /** Reuse limits: the worker drains itself once they are reached (see {@link WorkerLimits}). */
   readonly limits?: WorkerLimits;
+  /** Tool calls per turn and echo length of errors (`limits.env`). @default limits.env defaults */
+  readonly episodeLimits?: EnvLimitsConfig;
   readonly log?: Logger;
 }
 
@@ -108,6 +110,7 @@ export class TaskWorker {
     private readonly envSecret?: string,
     private readonly httpLimits: HttpLimitsConfig = DEFAULT_HTTP_LIMITS,
     private readonly limits: WorkerLimits = {},
+    private readonly episodeLimits: EnvLimitsConfig = DEFAULT_EPISODE_LIMITS,
   ) {
     if (!Number.isInteger(concurrency) || concurrency < 1)
       throw new RangeError(`concurrency must be >= 1, got ${concurrency}`);
@@ -214,7 +217,8 @@ export class TaskWorker {
       this.drain(`max episodes ${this.limits.maxEpisodes} reached`);
     let episode: EpisodeSession;
     try {
-      episode = new EpisodeSession(this.task, await this.task.start(body.index, session.abort.signal));
+      const started = await this.task.start(body.index, session.abort.signal);
+      episode = new EpisodeSession(this.task, started, this.episodeLimits);
     } catch (error) {
       this.sessions.delete(session.id);
       if (session.abort.signal.aborted) throw new HttpError(409, `session ${session.id} was cancelled while starting`);
@@ -333,6 +337,7 @@ export async function serveTask(
     options.envSecret,
     options.httpLimits,
     options.limits,
+    options.episodeLimits,
   );
   const server = await listen(
     worker.app(),

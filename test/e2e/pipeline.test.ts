@@ -1,39 +1,30 @@
-import { execFileSync } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { runPipeline } from "../../cli/launch/pipeline.ts";
 import { readMetrics } from "../../cli/report/report.ts";
 import { type ExperimentConfig, parseConfig } from "../../shared/config/index.ts";
-import { parseJsonOrThrow } from "../../shared/errors.ts";
 import { listVersions } from "../../shared/protocol/checkpoints.ts";
-import { Trajectory } from "../../shared/protocol/messages.ts";
 import { createTransport } from "../../shared/transport/index.ts";
-import type { ObjectStore } from "../../shared/transport/types.ts";
 import { readLedger } from "../../trainer-image/trainer/ledger.ts";
 import { waitFor } from "../env/helpers.ts";
-import { agentrl } from "../support/cli.ts";
 import { type MotoServer, startMoto } from "../support/moto.ts";
+import {
+  buildTinyBase,
+  childPids,
+  logRecords,
+  storedTrajectories,
+  tinyConfig as tinyTrainingConfig,
+} from "../support/pipelineRun.ts";
 import { tempDir } from "../support/tmp.ts";
 
-/** A model small enough that the test is about the pipeline, not about arithmetic speed. */
-const TINY_MODEL = { vocabSize: 400, dModel: 32, layers: 1, heads: 2, kvHeads: 1, ffnHidden: 64, contextLength: 2048 };
 const MAX_STEPS = 3;
 
 function tinyConfig(experimentId: string, transport: Record<string, unknown> = {}): ExperimentConfig {
-  return parseConfig({
-    experimentId,
+  // Sampled twice per instance, the way the learning config evaluates.
+  return tinyTrainingConfig(experimentId, {
     transport,
-    policy: { model: TINY_MODEL },
-    tasks: {
-      mix: [
-        { name: "db", concurrency: 8 },
-        { name: "kg", concurrency: 8 },
-      ],
-    },
-    rollout: { groupSize: 2, maxTokensPerTurn: 24, maxTurns: 3, workers: 1, concurrency: 4 },
-    trainer: { batchSize: 2, maxSteps: MAX_STEPS, warmupFactor: 1, maxStaleness: 1 },
-    // Sampled twice per instance, the way the learning config evaluates.
+    maxSteps: MAX_STEPS,
     evaluation: { instances: 1, temperature: 1, samples: 2 },
   });
 }
@@ -92,25 +83,6 @@ async function runAndCheck(config: ExperimentConfig, base: string, faults = fals
   expect(result.evals.map((e) => e.policy)).toEqual(["v0 (base) T=1 k=2", "v3 T=1 k=2"]);
   for (const row of result.evals.flatMap((e) => e.tasks)) expect(row).toMatchObject({ episodes: 2, samples: 2 });
   expect(result.reportFile).toBe(join(runDir, "report.html"));
-}
-
-/** The JSON log lines of one role of the run in `runDir`. */
-function logRecords(runDir: string, role: string): Array<Record<string, unknown>> {
-  const file = join(runDir, "logs", `${role}.log`);
-  if (!existsSync(file)) return [];
-  return readFileSync(file, "utf8")
-    .split("\n")
-    .filter((line) => line.startsWith("{"))
-    .map((line) => JSON.parse(line) as Record<string, unknown>);
-}
-
-/** PIDs of this test's own children whose command line contains `needle` (other test files run in parallel). */
-function childPids(needle: string): number[] {
-  return execFileSync("ps", ["-eo", "pid=,ppid=,args="], { encoding: "utf8" })
-    .split("\n")
-    .map((line) => line.trim().split(/\s+/))
-    .filter(([, ppid, ...args]) => Number(ppid) === process.pid && args.join(" ").includes(needle))
-    .map(([pid]) => Number(pid));
 }
 
 /** Poll period of the fault injector (it reads logs and lists the store). */
@@ -177,16 +149,6 @@ async function injectFaults(runDir: string): Promise<InjectedFaults> {
   return { retried, killed };
 }
 
-/** Every stored trajectory of the store, by id. */
-async function storedTrajectories(store: ObjectStore): Promise<Map<string, Trajectory>> {
-  const out = new Map<string, Trajectory>();
-  for (const object of await store.list("trajectories/")) {
-    const trajectory = parseJsonOrThrow(Trajectory, (await store.getText(object.key)) ?? "", object.key);
-    out.set(trajectory.trajectoryId, trajectory);
-  }
-  return out;
-}
-
 describe("the whole pipeline, end to end on tiny settings", () => {
   let base: string;
   let moto: MotoServer | undefined;
@@ -194,12 +156,7 @@ describe("the whole pipeline, end to end on tiny settings", () => {
   beforeAll(async () => {
     // A folder inside the temp dir: the store stages writes in a sibling `<folder>.tmp`.
     base = join(tempDir("agentrl-e2e-base-"), "base");
-    const sets = Object.entries(TINY_MODEL).flatMap(([k, v]) => ["--set", `policy.model.${k}=${v}`]);
-    const sft = await agentrl(
-      ["sft", "--out", base, "--tasks", "db", "kg", "--episodes", "3", "--steps", "2", ...sets],
-      { timeoutMs: 230_000 },
-    );
-    expect(sft.status, sft.stderr).toBe(0);
+    await buildTinyBase(base);
   }, 240_000);
 
   afterAll(async () => {

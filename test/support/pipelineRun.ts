@@ -1,0 +1,98 @@
+import { execFileSync } from "node:child_process";
+import { existsSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { type ExperimentConfig, parseConfig } from "../../shared/config/index.ts";
+import { parseJsonOrThrow } from "../../shared/errors.ts";
+import { Trajectory } from "../../shared/protocol/messages.ts";
+import type { ObjectStore } from "../../shared/transport/types.ts";
+import { agentrl } from "./cli.ts";
+
+/**
+ * Setup shared by the end-to-end pipeline test and the chaos run (test/e2e, bench/chaos.ts): a
+ * tiny experiment, its warm-up checkpoint, and ways to find and read the run's role processes.
+ * No vitest import, so the chaos script can use it outside the suite.
+ */
+
+/** A model small enough that a run is about the pipeline, not about arithmetic speed. */
+export const TINY_MODEL = {
+  vocabSize: 400,
+  dModel: 32,
+  layers: 1,
+  heads: 2,
+  kvHeads: 1,
+  ffnHidden: 64,
+  contextLength: 2048,
+};
+
+/** The tiny two-task (db, kg) experiment: one rollout worker, batches of 2 groups of 2, staleness bound 1. */
+export function tinyConfig(
+  experimentId: string,
+  options: {
+    transport?: Record<string, unknown>;
+    maxSteps: number;
+    evaluation?: Record<string, unknown>;
+    model?: Record<string, number>;
+  },
+): ExperimentConfig {
+  return parseConfig({
+    experimentId,
+    transport: options.transport ?? {},
+    policy: { model: options.model ?? TINY_MODEL },
+    tasks: {
+      mix: [
+        { name: "db", concurrency: 8 },
+        { name: "kg", concurrency: 8 },
+      ],
+    },
+    rollout: { groupSize: 2, maxTokensPerTurn: 24, maxTurns: 3, workers: 1, concurrency: 4 },
+    trainer: { batchSize: 2, maxSteps: options.maxSteps, warmupFactor: 1, maxStaleness: 1 },
+    evaluation: options.evaluation ?? { instances: 0 },
+  });
+}
+
+/**
+ * Writes the tiny model's warm-up checkpoint (a short `agentrl sft`) to `dir`, which must be a
+ * folder inside a temp dir (the store stages writes in a sibling `<dir>.tmp`).
+ */
+export async function buildTinyBase(dir: string, timeoutMs = 230_000): Promise<void> {
+  const sets = Object.entries(TINY_MODEL).flatMap(([k, v]) => ["--set", `policy.model.${k}=${v}`]);
+  const sft = await agentrl(["sft", "--out", dir, "--tasks", "db", "kg", "--episodes", "3", "--steps", "2", ...sets], {
+    timeoutMs,
+  });
+  if (sft.status !== 0) throw new Error(`agentrl sft failed (${sft.status}): ${sft.stderr}`);
+}
+
+/** The JSON log lines of one role of the run in `runDir`. */
+export function logRecords(runDir: string, role: string): Array<Record<string, unknown>> {
+  const file = join(runDir, "logs", `${role}.log`);
+  if (!existsSync(file)) return [];
+  return readFileSync(file, "utf8")
+    .split("\n")
+    .filter((line) => line.startsWith("{"))
+    .map((line) => {
+      try {
+        return JSON.parse(line) as Record<string, unknown>;
+      } catch {
+        return {}; // a line cut by a SIGKILL
+      }
+    });
+}
+
+/** PIDs of this process's own children whose command line contains `needle` (other runs may be going on). */
+export function childPids(needle: string): number[] {
+  return execFileSync("ps", ["-eo", "pid=,ppid=,args="], { encoding: "utf8" })
+    .split("\n")
+    .map((line) => line.trim().split(/\s+/))
+    .filter(([, ppid, ...args]) => Number(ppid) === process.pid && args.join(" ").includes(needle))
+    .map(([pid]) => Number(pid));
+}
+
+/** Every stored trajectory of the store, by id. */
+export async function storedTrajectories(store: ObjectStore): Promise<Map<string, Trajectory>> {
+  const out = new Map<string, Trajectory>();
+  for (const object of await store.list("trajectories/")) {
+    const trajectory = parseJsonOrThrow(Trajectory, (await store.getText(object.key)) ?? "", object.key);
+    out.set(trajectory.trajectoryId, trajectory);
+  }
+  return out;
+}
