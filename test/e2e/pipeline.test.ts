@@ -127,8 +127,9 @@ async function injectFaults(runDir: string): Promise<InjectedFaults> {
     POLL_MS,
   );
   const killed: string[] = [];
-  for (const pid of childPids("agentrl.mjs env serve db")) process.kill(pid, "SIGKILL");
-  killed.push("env-db");
+  const workers = childPids("agentrl.mjs env serve db");
+  for (const pid of workers) process.kill(pid, "SIGKILL");
+  if (workers.length > 0) killed.push("env-db");
   let retried: string[] = [];
   await waitFor(
     () => {
@@ -143,8 +144,9 @@ async function injectFaults(runDir: string): Promise<InjectedFaults> {
   );
   const configFile = join(runDir, "config.json");
   for (const role of ["trainer", "rollout"]) {
-    for (const pid of childPids(`agentrl.mjs ${role} --config ${configFile}`)) process.kill(pid, "SIGKILL");
-    killed.push(role);
+    const pids = childPids(`agentrl.mjs ${role} --config ${configFile}`);
+    for (const pid of pids) process.kill(pid, "SIGKILL");
+    if (pids.length > 0) killed.push(role);
   }
   return { retried, killed };
 }

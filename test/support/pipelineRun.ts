@@ -78,13 +78,24 @@ export function logRecords(runDir: string, role: string): Array<Record<string, u
     });
 }
 
-/** PIDs of this process's own children whose command line contains `needle` (other runs may be going on). */
+/** PIDs of this process's own descendants whose command line contains `needle` (other runs may be going on). */
 export function childPids(needle: string): number[] {
-  return execFileSync("ps", ["-eo", "pid=,ppid=,args="], { encoding: "utf8" })
+  const processes = execFileSync("ps", ["-eo", "pid=,ppid=,args="], { encoding: "utf8" })
     .split("\n")
     .map((line) => line.trim().split(/\s+/))
-    .filter(([, ppid, ...args]) => Number(ppid) === process.pid && args.join(" ").includes(needle))
-    .map(([pid]) => Number(pid));
+    .filter((fields) => fields.length >= 3)
+    .map(([pid, ppid, ...args]) => ({ pid: Number(pid), ppid: Number(ppid), args: args.join(" ") }));
+  // Descendants, not only children: env workers are children of their env pool.
+  const ours = new Set([process.pid]);
+  for (let grown = true; grown; ) {
+    grown = false;
+    for (const p of processes)
+      if (!ours.has(p.pid) && ours.has(p.ppid)) {
+        ours.add(p.pid);
+        grown = true;
+      }
+  }
+  return processes.filter((p) => p.pid !== process.pid && ours.has(p.pid) && p.args.includes(needle)).map((p) => p.pid);
 }
 
 /** Every stored trajectory of the store, by id. */
