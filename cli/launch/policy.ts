@@ -1,4 +1,5 @@
-import { freePort, type Supervisor } from "./supervisor.ts";
+import { freePort } from "../../shared/net.ts";
+import type { Supervisor } from "./supervisor.ts";
 
 export interface PolicyServerSpec {
   /** Role name (log file name), e.g. `policy-current`. */

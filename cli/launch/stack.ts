@@ -1,6 +1,7 @@
 import { join } from "node:path";
 import { ControllerClient } from "../../shared/env/client.ts";
-import { freePort, type Supervisor, waitFor } from "./supervisor.ts";
+import { freePort } from "../../shared/net.ts";
+import { type Supervisor, waitFor } from "./supervisor.ts";
 
 export interface EnvStackOptions {
   /** Tasks to serve, each with its worker's session limit. */

@@ -1,6 +1,5 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { createWriteStream, mkdirSync, type WriteStream } from "node:fs";
-import { createServer } from "node:net";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { AgentRlError } from "../../shared/errors.ts";
@@ -24,7 +23,7 @@ export interface RoleSpec {
   /**
    * Restart the role when it dies (as ECS restarts a task), up to this many times; for roles that
    * keep their state in the queues and stores (trainer, feeder, rollout workers), and for servers
-   * started on a fixed port (see `freePort`) so that the URL others hold stays valid. @default 0
+   * started on a fixed port (shared/net.ts `freePort`) so that the URL others hold stays valid. @default 0
    */
   readonly maxRestarts?: number;
 }
@@ -191,22 +190,6 @@ export class Supervisor {
     for (const role of [...this.running].reverse()) exits.push(await this.terminate(role, graceMs));
     return exits;
   }
-}
-
-/**
- * A port free right now on 127.0.0.1: a server role restarted after a crash must come back on the
- * URL the other roles already hold, so the launcher fixes its port instead of passing 0.
- */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const address = server.address();
-      const port = typeof address === "object" && address ? address.port : 0;
-      server.close(() => resolve(port));
-    });
-  });
 }
 
 function listeningUrl(line: string): string | undefined {

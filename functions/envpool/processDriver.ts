@@ -1,10 +1,10 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { closeSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { createServer } from "node:net";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { z } from "zod";
 import type { Logger } from "../../shared/log.ts";
+import { freePort } from "../../shared/net.ts";
 import type { DriverWorker, LaunchSpec, WorkerDriver } from "./driver.ts";
 
 /** The package entry a worker process starts from (`agentrl env serve`). */
@@ -168,17 +168,4 @@ function readJson(file: string): unknown {
   } catch {
     return undefined;
   }
-}
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.unref();
-    server.on("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const address = server.address();
-      const port = typeof address === "object" && address ? address.port : 0;
-      server.close(() => resolve(port));
-    });
-  });
 }

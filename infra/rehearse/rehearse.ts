@@ -15,7 +15,6 @@
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -24,6 +23,7 @@ import { CreateAccessKeyCommand, CreateUserCommand, IAMClient, PutUserPolicyComm
 import { ListObjectsV2Command, S3Client } from "@aws-sdk/client-s3";
 import { App } from "aws-cdk-lib";
 import { type ExperimentConfig, parseConfig } from "../../shared/config/index.ts";
+import { freePort } from "../../shared/net.ts";
 import { buildAgentRlApp } from "../agentRlApp.ts";
 import { failurePathReason, type Grant, grantsOf, parseAuthorizationLog, unneededGrants } from "./grantUse.ts";
 import {
@@ -368,18 +368,6 @@ function withoutBootstrapCheck(template: CfnTemplate): Record<string, unknown> {
   };
   const { BootstrapVersion: _version, ...kept } = parameters ?? {};
   return Object.keys(kept).length > 0 ? { ...rest, Parameters: kept } : rest;
-}
-
-async function freePort(): Promise<number> {
-  return new Promise((resolvePort, reject) => {
-    const server = createServer();
-    server.on("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const address = server.address();
-      const port = typeof address === "object" && address ? address.port : 0;
-      server.close(() => resolvePort(port));
-    });
-  });
 }
 
 async function waitForHttp(url: string, failed: Promise<string>): Promise<void> {

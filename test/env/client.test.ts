@@ -8,7 +8,7 @@ import {
   EnvUnavailableError,
   isAgentOutcome,
 } from "../../shared/env/client.ts";
-import { freePort } from "../support/moto.ts";
+import { freePort } from "../../shared/net.ts";
 import { call, waitFor } from "./helpers.ts";
 
 /** Unit tests of the retry policy with a scripted fetch (the integration suites use real servers). */

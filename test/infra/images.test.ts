@@ -7,8 +7,8 @@ import { RoleImages } from "../../infra/constructs/images.ts";
 import { CONTAINER_COMMAND } from "../../infra/constructs/roleService.ts";
 import { plannedImages } from "../../infra/images/build.ts";
 import { CONTAINER_ROLES } from "../../shared/config/containerEnv.ts";
+import { freePort } from "../../shared/net.ts";
 import { type CliResult, runProcess } from "../support/cli.ts";
-import { freePort } from "../support/moto.ts";
 import { tempDir } from "../support/tmp.ts";
 import { REPOSITORY_ROOT, testApp } from "./synth.ts";
 

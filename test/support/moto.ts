@@ -1,24 +1,11 @@
 import { type ChildProcess, spawn } from "node:child_process";
-import { createServer } from "node:net";
+import { freePort } from "../../shared/net.ts";
 
 /** A real moto server on 127.0.0.1, started and stopped by the test that needs it. */
 export interface MotoServer {
   readonly endpoint: string;
   reset(): Promise<void>;
   stop(): Promise<void>;
-}
-
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.unref();
-    server.on("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const address = server.address();
-      const port = typeof address === "object" && address ? address.port : 0;
-      server.close(() => resolve(port));
-    });
-  });
 }
 
 /** Dummy credentials: moto accepts any, the SDK insists on some. */
