@@ -89,6 +89,9 @@ const NEEDLES: Record<Exclude<ChaosRole, "trainer-publish">, string> = {
   trainer: "agentrl.mjs trainer",
 };
 
+/** Trainer kills at most per mid-publish kill, until one lands before the version's manifest. */
+const MID_PUBLISH_ATTEMPTS = 3;
+
 /** How long a role may take to come back before the kill counts as not survived. */
 const RECOVERY_LIMIT_MS = 120_000;
 const POLL_MS = 100;
@@ -291,7 +294,7 @@ async function recovered(
  * Kills the trainer inside its publish window: as soon as a new version's folder holds a file
  * (the ledger is written first) while its manifest (written last) is still absent.
  */
-async function killMidPublish(runDir: string, done: () => boolean): Promise<KillRecord | undefined> {
+async function killMidPublish(runDir: string, done: () => boolean, attempt = 1): Promise<KillRecord | undefined> {
   const policies = join(runDir, "transport", "objects", "checkpoints", "policies");
   const published = () => (existsSync(policies) ? readdirSync(policies).filter((d) => /^v\d+$/.test(d)) : []);
   const known = new Set(published());
@@ -310,6 +313,9 @@ async function killMidPublish(runDir: string, done: () => boolean): Promise<Kill
       const cut = !existsSync(join(runDir, "transport", "objects", "checkpoints", manifestKey(Number(dir.slice(1)))));
       const steps = stepCount(runDir);
       const back = await waitUntil(() => stepCount(runDir) > steps, RECOVERY_LIMIT_MS, done);
+      // The manifest won the race with the kill (a tiny model publishes in milliseconds): that was
+      // a plain trainer kill, so try again at the next publish, a few times at most.
+      if (!cut && back && attempt < MID_PUBLISH_ATTEMPTS) return killMidPublish(runDir, done, attempt + 1);
       return {
         role: "trainer-publish",
         recoveryMs: back || done() ? Date.now() - killedAt : undefined,

@@ -36,9 +36,11 @@ async function runAndCheck(config: ExperimentConfig, base: string, faults = fals
   const result = await runPipeline({ config, runDir, baseCheckpoint: base });
   const faulted = await injected;
   if (faulted) {
-    // The db env worker, then the trainer and the rollout worker were SIGKILLed after step 1; the supervisor restarted each.
+    // The db env worker, then the trainer and the rollout worker were SIGKILLed after step 1: the
+    // db env pool replaced its worker, the supervisor restarted the other two.
     expect(faulted.killed).toEqual(["env-db", "trainer", "rollout"]);
-    for (const role of ["env-db", "trainer", "rollout-0"])
+    expect(logRecords(runDir, "envpool-db").some((r) => r.decision === "replace")).toBe(true);
+    for (const role of ["trainer", "rollout-0"])
       expect(readFileSync(join(runDir, "logs", `${role}.log`), "utf8")).toMatch(/\[supervisor\] .* restart 1/);
   }
 

@@ -14,7 +14,7 @@ import { buildAgentRlApp } from "../../infra/agentRlApp.ts";
 import { type BuiltImage, buildImage, type PlannedImage, plannedImages } from "../../infra/images/build.ts";
 import { type ContainerEngine, detectEngine, exec } from "../../infra/images/engine.ts";
 import { ensureNodeBase } from "../../infra/images/standInBase.ts";
-import { parseContainerEnv, resolveContainerConfig } from "../../shared/config/containerEnv.ts";
+import { CONTAINER_ROLES, parseContainerEnv, resolveContainerConfig } from "../../shared/config/containerEnv.ts";
 import { loadConfig, parseConfig } from "../../shared/config/index.ts";
 import { copyVersion, listVersions } from "../../shared/protocol/checkpoints.ts";
 import { createTransport } from "../../shared/transport/index.ts";
@@ -76,7 +76,7 @@ describe.skipIf(!engine)("container images, built and run (podman or Docker)", (
     expect(plan.find((p) => p.name === "trainer-cpu")?.buildArgs).toEqual({ TFJS_BACKEND: "wasm" });
     for (const { image: planned, user } of built.values()) expect(user, planned.name).toBe("node");
     const served = new Set(plan.flatMap((p) => p.roles));
-    expect([...served].sort()).toEqual(["controller", "env", "feeder", "policy", "rollout", "sweep", "trainer"]);
+    expect([...served].sort()).toEqual([...CONTAINER_ROLES].sort());
   });
 
   it("each image holds the app and its production dependencies only: nothing the .dockerignore keeps out", async () => {
