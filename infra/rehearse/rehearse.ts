@@ -21,6 +21,7 @@ import { fileURLToPath } from "node:url";
 import { CloudFormationClient, CreateStackCommand, DescribeStacksCommand } from "@aws-sdk/client-cloudformation";
 import { CreateAccessKeyCommand, CreateUserCommand, IAMClient, PutUserPolicyCommand } from "@aws-sdk/client-iam";
 import { ListObjectsV2Command, S3Client } from "@aws-sdk/client-s3";
+import { GetQueueAttributesCommand, GetQueueUrlCommand, SQSClient } from "@aws-sdk/client-sqs";
 import { App } from "aws-cdk-lib";
 import { type ExperimentConfig, parseConfig } from "../../shared/config/index.ts";
 import { freePort } from "../../shared/net.ts";
@@ -127,6 +128,7 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
   const cfn = new CloudFormationClient(clients);
   const iam = new IAMClient(clients);
   const s3 = new S3Client({ ...clients, forcePathStyle: true });
+  const sqs = new SQSClient(clients);
   try {
     // 1. The stateful stacks, through CloudFormation, as the admin.
     const exported = new Map<string, string>();
@@ -288,6 +290,9 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
     );
     failure = await finished;
     clearTimeout(timeout);
+    // The trainer is done; let the feeder take the last PolicyPublished events off policy-events,
+    // so that the run ends settled and its grants for that are used (at most 30 s).
+    if (!failure) await drained(sqs, `${config.transport.queuePrefix}-policy-events`, 30_000);
 
     // 5. What the trainer published, read back as the admin.
     const listed = await s3.send(new ListObjectsV2Command({ Bucket: checkpointBucket, Prefix: "policies/" }));
@@ -324,7 +329,26 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
     for (const child of children.reverse()) if (child.exitCode === null) child.kill("SIGTERM");
     await new Promise((r) => setTimeout(r, 500));
     for (const child of children) if (child.exitCode === null) child.kill("SIGKILL");
-    for (const client of [cfn, iam, s3]) client.destroy();
+    for (const client of [cfn, iam, s3, sqs]) client.destroy();
+  }
+}
+
+/** Waits until the queue holds no message, visible or in flight (or `limitMs` passed). */
+async function drained(sqs: SQSClient, queueName: string, limitMs: number): Promise<void> {
+  const { QueueUrl } = await sqs.send(new GetQueueUrlCommand({ QueueName: queueName }));
+  for (const deadline = Date.now() + limitMs; Date.now() < deadline; ) {
+    const { Attributes } = await sqs.send(
+      new GetQueueAttributesCommand({
+        QueueUrl,
+        AttributeNames: ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+      }),
+    );
+    if (
+      Number(Attributes?.ApproximateNumberOfMessages) + Number(Attributes?.ApproximateNumberOfMessagesNotVisible) ===
+      0
+    )
+      return;
+    await new Promise((r) => setTimeout(r, 250));
   }
 }
 
