@@ -64,3 +64,16 @@ export function intOption(flag: string, min: number, max = Number.MAX_SAFE_INTEG
     return n;
   };
 }
+
+/** commander parser for an http(s) URL option, naming the flag when the value is not one. */
+export function urlOption(flag: string): (value: string) => string {
+  return (value: string) => {
+    try {
+      const url = new URL(value);
+      if (url.protocol !== "http:" && url.protocol !== "https:") throw new Error("not http");
+      return value;
+    } catch {
+      throw new InvalidArgumentError(`${flag} must be an http(s) URL, got "${value}"`);
+    }
+  };
+}

@@ -1,7 +1,7 @@
 import { type Command, InvalidArgumentError } from "commander";
 import { AgentRlError } from "../../shared/errors.ts";
 import { configFromOptions, withConfigOptions } from "../options.ts";
-import { intOption } from "./controller.ts";
+import { intOption, urlOption } from "./controller.ts";
 import { registerPool } from "./envPool.ts";
 
 /** `agentrl env serve|check`: run a task worker, or check a task with its scripted agents. */
@@ -123,18 +123,6 @@ function splitOption(value: string): "train" | "test" {
   if (value !== "train" && value !== "test")
     throw new InvalidArgumentError(`--split must be train or test, got "${value}"`);
   return value;
-}
-
-function urlOption(flag: string): (value: string) => string {
-  return (value: string) => {
-    try {
-      const url = new URL(value);
-      if (url.protocol !== "http:" && url.protocol !== "https:") throw new Error("not http");
-      return value;
-    } catch {
-      throw new InvalidArgumentError(`${flag} must be an http(s) URL, got "${value}"`);
-    }
-  };
 }
 
 /** Sessions per worker from the experiment config's task mix (what infra and the launcher deploy). */

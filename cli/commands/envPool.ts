@@ -1,7 +1,7 @@
 import { join } from "node:path";
 import { type Command, InvalidArgumentError, Option } from "commander";
 import { AgentRlError } from "../../shared/errors.ts";
-import { intOption } from "./controller.ts";
+import { intOption, urlOption } from "./controller.ts";
 
 interface PoolCliOptions {
   controller: string;
@@ -34,7 +34,7 @@ export function registerPool(env: Command): void {
       "launch, recycle and scale one task's env workers (child processes or ECS tasks) to match demand; " +
         "defaults come from the task's tasks.mix entry of --config",
     )
-    .requiredOption("--controller <url>", "controller URL, e.g. http://127.0.0.1:5020")
+    .requiredOption("--controller <url>", "controller URL, e.g. http://127.0.0.1:5020", urlOption("--controller"))
     .requiredOption("--task <name>", "task the pool serves")
     .addOption(new Option("--driver <kind>", "where workers run").choices(["process", "ecs"]).default("process"))
     .option("--config <file>", "experiment config (YAML/JSON) whose tasks.mix entry gives the defaults")

@@ -28,6 +28,14 @@ describe("agentrl run commands reject bad input with one line", () => {
     [["report", "/nonexistent-run"], /is not a run folder/],
     [["view", "/nonexistent-run"], /\/nonexistent-run does not exist or is not a folder/],
     [["view", "/tmp", "--transport", "gcp"], /--transport must be "local" or "aws", got "gcp"/],
+    [
+      ["env", "pool", "--controller", "notaurl", "--task", "db"],
+      /--controller must be an http\(s\) URL, got "notaurl"/,
+    ],
+    [
+      ["env", "pool", "--controller", "http://127.0.0.1:1", "--task", "db", "--min", "5", "--max", "2"],
+      /--min 5 exceeds --max 2/,
+    ],
   ])("agentrl %j", async (args, message) => {
     const result = await agentrl(args);
     expect(result.status).not.toBe(0);
