@@ -1,4 +1,4 @@
-import { appendFile, mkdir } from "node:fs/promises";
+import { appendFile, mkdir, open } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import type { Command } from "commander";
 import { configFromOptions, withConfigOptions } from "../options.ts";
@@ -17,6 +17,11 @@ export function register(program: Command): void {
       const { runTrainer } = await import("../../trainer-image/trainer/index.ts");
       const metricsFile = options.metrics ?? join(config.runDir, config.experimentId, "metrics.jsonl");
       await mkdir(dirname(metricsFile), { recursive: true });
+      const cut = await dropPartialLastLine(metricsFile);
+      if (cut > 0)
+        process.stderr.write(
+          `${JSON.stringify({ event: "warning", role: "trainer", message: `dropped a partial last line (${cut} bytes) from ${metricsFile}: the trainer was killed while writing it` })}\n`,
+        );
       const transport = await createRoleTransport(config.transport, "trainer");
       const stop = new AbortController();
       process.once("SIGINT", () => stop.abort());
@@ -36,4 +41,36 @@ export function register(program: Command): void {
         await transport.close();
       }
     });
+}
+
+/**
+ * A trainer killed while appending can leave a line without its newline; the next append would
+ * glue a whole line to it and make both unreadable. Cuts the partial line; returns the bytes cut.
+ */
+export async function dropPartialLastLine(file: string): Promise<number> {
+  const handle = await open(file, "r+").catch(() => undefined);
+  if (!handle) return 0;
+  try {
+    const { size } = await handle.stat();
+    if (size === 0) return 0;
+    const chunk = 64 * 1024;
+    let end = size;
+    // find the last newline, reading backwards a chunk at a time
+    while (end > 0) {
+      const start = Math.max(0, end - chunk);
+      const buffer = Buffer.alloc(end - start);
+      await handle.read(buffer, 0, buffer.length, start);
+      const at = buffer.lastIndexOf(0x0a);
+      if (at >= 0) {
+        const keep = start + at + 1;
+        if (keep < size) await handle.truncate(keep);
+        return size - keep;
+      }
+      end = start;
+    }
+    await handle.truncate(0);
+    return size;
+  } finally {
+    await handle.close();
+  }
 }

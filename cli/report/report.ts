@@ -11,13 +11,21 @@ export function escapeXml(text: string): string {
   return text.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
 }
 
-/** Reads metrics.jsonl; a malformed line is reported with its line number, never skipped silently. */
+/**
+ * Reads metrics.jsonl: one record per step, in step order. A trainer restarted after a kill trains
+ * the steps since its last published version again, so a step can have several lines: the last
+ * one describes the weights that were kept. A malformed line is reported with its line number,
+ * never skipped silently.
+ */
 export async function readMetrics(file: string): Promise<StepMetrics[]> {
   const text = await readFile(file, "utf8").catch(() => "");
-  return text
-    .split("\n")
-    .filter((line) => line.trim() !== "")
-    .map((line, i) => parseJsonOrThrow(StepMetrics, line, `${file} line ${i + 1}`));
+  const byStep = new Map<number, StepMetrics>();
+  text.split("\n").forEach((line, i) => {
+    if (line.trim() === "") return;
+    const record = parseJsonOrThrow(StepMetrics, line, `${file} line ${i + 1}`);
+    byStep.set(record.step, record);
+  });
+  return [...byStep.values()].sort((a, b) => a.step - b.step);
 }
 
 export function evalTableMarkdown(reports: readonly EvalReport[]): string {

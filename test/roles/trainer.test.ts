@@ -1,5 +1,8 @@
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
 import * as tf from "@tensorflow/tfjs";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { readMetrics } from "../../cli/report/report.ts";
 import { type ExperimentConfigInput, parseConfig } from "../../shared/config/index.ts";
 import { createLogger } from "../../shared/log.ts";
 import { createPolicy } from "../../shared/model/transformer.ts";
@@ -260,11 +263,13 @@ describe("runTrainer on the local transport with a tiny model", () => {
     });
     expect(summary).toMatchObject({ step: 3, version: 3, stepsThisRun: 3 });
     expect(await listVersions(transport.store("checkpoints"))).toEqual([3, 2, 1, 0]);
+    // each line but the first carries how long the publish before it took
+    expect(lines[0]?.metrics["time/previous_publish_seconds"]).toBeUndefined();
+    for (const line of lines.slice(1)) expect(line.metrics["time/previous_publish_seconds"]).toBeGreaterThan(0);
     for (const line of lines) {
       expect(Number.isFinite(line.metrics["loss/policy"])).toBe(true);
       expect(Number.isFinite(line.metrics["loss/kl"])).toBe(true);
       expect(line.metrics["policy/grad_norm"]).toBeGreaterThan(0);
-      expect(line.metrics["time/publish_seconds"]).toBeGreaterThan(0);
       expect(line.metrics["task/db/success"]).toBe(0.5);
       expect(line.metrics["task/os/reward"]).toBeCloseTo(0.4, 9);
     }
@@ -310,9 +315,11 @@ describe("runTrainer on the local transport with a tiny model", () => {
 
   it("a trainer killed before publishing resumes from the last version: nothing trained twice, nothing lost", async () => {
     await deliver(transport, batchOf(0));
+    const lines: StepMetrics[] = [];
     await expect(
       runTrainer(config(), transport, {
         waitSeconds: 0,
+        metrics: (line) => void lines.push(line),
         onStep: (info) => void deliver(transport, batchOf(info.step)),
         beforePublish: (version) => {
           if (version === 2) throw new Error("killed");
@@ -321,13 +328,23 @@ describe("runTrainer on the local transport with a tiny model", () => {
     ).rejects.toThrow(/killed/);
     expect(await listVersions(transport.store("checkpoints"))).toEqual([1, 0]);
     // the unacknowledged messages come back after the visibility timeout; a new trainer resumes at v1
+    // the killed step's line was written before its publish, so no published version lacks one
+    expect(lines.map((l) => l.step)).toEqual([1, 2]);
     const summary = await runTrainer(config(), transport, {
       waitSeconds: 1,
+      metrics: (line) => void lines.push(line),
       onStep: (info) => {
         if (info.step === 2) void deliver(transport, batchOf(2));
       },
     });
     expect(summary).toMatchObject({ step: 3, version: 3, stepsThisRun: 2 });
+    // step 2 was trained again; readers keep its second line
+    expect(lines.map((l) => l.step)).toEqual([1, 2, 2, 3]);
+    const file = join(tempDir("agentrl-metrics-"), "metrics.jsonl");
+    writeFileSync(file, lines.map((l) => `${JSON.stringify(l)}\n`).join(""));
+    const records = await readMetrics(file);
+    expect(records.map((r) => r.step)).toEqual([1, 2, 3]);
+    expect(records[1]).toEqual(lines[2]);
     const ledger = await readLedger(transport.store("checkpoints"), 3);
     expect(ledger?.consumed.slice().sort()).toEqual(
       [0, 1, 2].flatMap((s) => batchOf(s).map((t) => t.trajectoryId)).sort(),

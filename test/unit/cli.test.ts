@@ -1,7 +1,8 @@
-import { cpSync, mkdirSync, readFileSync } from "node:fs";
+import { cpSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { baseCheckpointOf } from "../../cli/commands/train.ts";
+import { dropPartialLastLine } from "../../cli/commands/trainer.ts";
 import { BASE_CHECKPOINT_DIR } from "../../cli/launch/pipeline.ts";
 import { parseConfig } from "../../shared/config/index.ts";
 import { EvalReport } from "../../shared/protocol/metrics.ts";
@@ -102,4 +103,20 @@ describe("agentrl eval --policy newest", () => {
       ["example", 0],
     ]);
   }, 120_000);
+});
+
+describe("agentrl trainer's metrics file after a kill mid-write", () => {
+  it("loses only the partial last line, so the next line is readable", async () => {
+    const file = join(tempDir("agentrl-metrics-"), "metrics.jsonl");
+    const whole = `${JSON.stringify({ step: 1 })}\n${JSON.stringify({ step: 2 })}\n`;
+    writeFileSync(file, `${whole}{"schemaVersion":1,"st`);
+    expect(await dropPartialLastLine(file)).toBe(22);
+    expect(readFileSync(file, "utf8")).toBe(whole);
+    expect(await dropPartialLastLine(file)).toBe(0); // a whole file is left alone
+    expect(readFileSync(file, "utf8")).toBe(whole);
+    writeFileSync(file, '{"no newline at all"');
+    expect(await dropPartialLastLine(file)).toBe(20);
+    expect(readFileSync(file, "utf8")).toBe("");
+    expect(await dropPartialLastLine(join(tempDir("agentrl-metrics-"), "absent.jsonl"))).toBe(0);
+  });
 });

@@ -207,6 +207,17 @@ describe("run report", () => {
     expect(html).toContain("No evaluation was run.");
   });
 
+  it("keeps the last line of a step a restarted trainer trained again, in step order", async () => {
+    const file = join(tempDir("agentrl-report-"), "metrics.jsonl");
+    const first = { ...records[0]!, step: 2, metrics: { "loss/total": 1 } };
+    const again = { ...records[0]!, step: 2, metrics: { "loss/total": 2 } };
+    const one = { ...records[0]!, step: 1 };
+    writeFileSync(file, [first, one, again].map((r) => JSON.stringify(r)).join("\n\n"));
+    const read = await readMetrics(file);
+    expect(read.map((r) => r.step)).toEqual([1, 2]);
+    expect(read[1]?.metrics["loss/total"]).toBe(2);
+  });
+
   it("reports a malformed metrics line with its number", async () => {
     const dir = tempDir("agentrl-report-");
     const file = join(dir, "metrics.jsonl");

@@ -47,7 +47,10 @@ export interface StepInfo {
 export interface TrainerOptions {
   /** Stops the loop between steps (the step in progress finishes and publishes first). */
   readonly signal?: AbortSignal;
-  /** Receives one metrics line per step (write it as JSONL). */
+  /**
+   * Receives one metrics line per step (write it as JSONL), before the step's version is published.
+   * After a restart, steps since the last published version are trained again and get new lines.
+   */
   readonly metrics?: (line: StepMetrics) => void | Promise<void>;
   readonly onStep?: (info: StepInfo) => void;
   /** Stop after this many steps in this process (tests, benchmarks); trainer.maxSteps still applies. */
@@ -198,6 +201,9 @@ export async function runTrainer(
       }
   };
 
+  /** How long this process's last publish took; it goes into the next step's metrics line. */
+  let previousPublishSeconds: number | undefined;
+
   const publish = async (metrics: Record<string, number>): Promise<void> => {
     const publishStart = Date.now();
     await options.beforePublish?.(version);
@@ -235,8 +241,8 @@ export async function runTrainer(
         // an older receipt of a redelivered message is no longer valid; the newest one was deleted
         log.debug({ err: error }, "delete of an outdated receipt failed");
       });
-    // After the manifest was written, so it lands in the metrics line only.
-    metrics["time/publish_seconds"] = (Date.now() - publishStart) / 1000;
+    previousPublishSeconds = (Date.now() - publishStart) / 1000;
+    log.info({ version, seconds: previousPublishSeconds }, "published");
   };
 
   /** One step: load -> prepareBatch -> log-probs -> trainStep -> metrics -> publish. */
@@ -307,7 +313,10 @@ export async function runTrainer(
     const stopping = alarm && trainer.stopOnLogpGap;
     const published =
       !stopping && (version % trainer.checkpointEvery === 0 || step >= trainer.maxSteps || signal.aborted);
-    if (published) await publish(metrics);
+    if (previousPublishSeconds !== undefined) metrics["time/previous_publish_seconds"] = previousPublishSeconds;
+    // The line goes out before the publish: a trainer killed in between has written the line of a
+    // step it will train again after its restart (readers keep the last line per step), whereas the
+    // other order lost the line of a version that was published.
     await options.metrics?.({
       schemaVersion: 1,
       experimentId: config.experimentId,
@@ -317,6 +326,7 @@ export async function runTrainer(
       elapsedSeconds: (Date.now() - startedAt) / 1000,
       metrics,
     });
+    if (published) await publish(metrics);
     options.onStep?.({ step, version, published, trajectories: trajectories.length, metrics });
     log.info({ step, version, published, trajectories: trajectories.length, loss: result.loss }, "trainer step");
     if (stopping)
