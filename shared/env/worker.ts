@@ -50,6 +50,12 @@ export interface ServeTaskOptions {
   readonly log?: Logger;
 }
 
+/** What a {@link TaskWorker} needs of {@link ServeTaskOptions} (the socket's options stay with serveTask). */
+export type TaskWorkerOptions = Pick<
+  ServeTaskOptions,
+  "concurrency" | "idleTimeoutMs" | "envSecret" | "httpLimits" | "limits" | "episodeLimits"
+> & { readonly log: Logger };
+
 /**
  * When a worker stops taking sessions. Enforced by the worker itself so that the limit is exact
  * (the Nth session is the last one, however fast starts arrive); the pool manager then stops it
@@ -102,16 +108,28 @@ export class TaskWorker {
   /** Called once when the worker starts draining (serveTask sends a heartbeat at once). */
   onDrain: () => void = () => {};
 
+  readonly concurrency: number;
+  private readonly idleTimeoutMs: number;
+  private readonly log: Logger;
+  private readonly envSecret: string | undefined;
+  private readonly httpLimits: HttpLimitsConfig;
+  private readonly limits: WorkerLimits;
+  private readonly episodeLimits: EnvLimitsConfig;
+
   constructor(
     readonly task: TaskDefinition,
-    readonly concurrency: number,
-    private readonly idleTimeoutMs: number,
-    private readonly log: Logger,
-    private readonly envSecret?: string,
-    private readonly httpLimits: HttpLimitsConfig = DEFAULT_HTTP_LIMITS,
-    private readonly limits: WorkerLimits = {},
-    private readonly episodeLimits: EnvLimitsConfig = DEFAULT_EPISODE_LIMITS,
+    options: TaskWorkerOptions,
   ) {
+    const concurrency = options.concurrency ?? 32;
+    const idleTimeoutMs = options.idleTimeoutMs ?? 240_000;
+    const limits = options.limits ?? {};
+    this.concurrency = concurrency;
+    this.idleTimeoutMs = idleTimeoutMs;
+    this.log = options.log;
+    this.envSecret = options.envSecret;
+    this.httpLimits = options.httpLimits ?? DEFAULT_HTTP_LIMITS;
+    this.limits = limits;
+    this.episodeLimits = options.episodeLimits ?? DEFAULT_EPISODE_LIMITS;
     if (!Number.isInteger(concurrency) || concurrency < 1)
       throw new RangeError(`concurrency must be >= 1, got ${concurrency}`);
     if (limits.maxEpisodes !== undefined && !(Number.isInteger(limits.maxEpisodes) && limits.maxEpisodes >= 1))
@@ -329,16 +347,7 @@ export async function serveTask(
 ): Promise<RunningWorker> {
   const task = "task" in source ? source.task : source;
   const log = options.log ?? createLogger({ role: "env-worker", task: task.name });
-  const worker = new TaskWorker(
-    task,
-    options.concurrency ?? 32,
-    options.idleTimeoutMs ?? 240_000,
-    log,
-    options.envSecret,
-    options.httpLimits,
-    options.limits,
-    options.episodeLimits,
-  );
+  const worker = new TaskWorker(task, { ...options, log });
   const server = await listen(
     worker.app(),
     options.port ?? 0,
