@@ -146,7 +146,7 @@ export async function runEpisode(
     const log = new TokenLog();
     log.context(codec.promptTokens(messages, tools));
     const random = seededRandomFrom(deps.seed, trajectoryId, attempt, "pool");
-    const counters = { retokenizedTurns: 0, staleTurns: 0, externalTurns: 0, truncatedTurns: 0 };
+    const counters = { retokenizedTurns: 0, staleTurns: 0, externalTurns: 0, truncatedTurns: 0, versionDiscards: 0 };
     let status: SampleStatus = started.finish ? started.status : "running";
     let envReward = started.reward;
     let envMetrics: Record<string, number> = started.metrics;
@@ -179,6 +179,7 @@ export async function runEpisode(
         ),
       );
       turns += 1;
+      counters.versionDiscards += generation.versionDiscards ?? 0;
       const prev = messages.slice();
       const trace = generation.trace;
       let generatedIds: readonly number[];
@@ -250,6 +251,8 @@ export async function runEpisode(
         truncated_turns: counters.truncatedTurns,
         stale_turns: counters.staleTurns,
         external_turns: counters.externalTurns,
+        // answers of a synced engine discarded because a weight reload may have touched them
+        version_discards: counters.versionDiscards,
       },
       timings: { startedAt: startedAt.toISOString(), finishedAt: new Date().toISOString(), envMs, policyMs },
       attempt,

@@ -1,6 +1,7 @@
 import type { RolloutConfig } from "../../shared/config/rollout.ts";
 import type { PolicyEndpoint } from "../../shared/policy/client.ts";
 import type { PolicyDialect } from "../../shared/policy/dialect.ts";
+import type { EngineVersionWatch } from "../../shared/policy/engine-sync.ts";
 
 /** URLs of our own policy servers (OpenAI base URLs). */
 export interface PoolUrls {
@@ -14,6 +15,11 @@ export interface PoolUrls {
   readonly dialect?: PolicyDialect;
   /** Bearer key of our servers (AGENTRL_POLICY_API_KEY); never sent to external endpoints. */
   readonly apiKey?: string;
+  /**
+   * `rollout.versionSource: sync`: the sync record of the engine behind `current` labels its
+   * answers (see {@link syncedVersionWatch}). The stale pool keeps the versions its answers name.
+   */
+  readonly versionSync?: EngineVersionWatch;
 }
 
 /** A pool member and its per-turn probability. */
@@ -36,6 +42,10 @@ export class PolicyPool {
     const model = urls.model ?? "agentrl";
     const dialect = urls.dialect ?? "agentrl";
     const ours = urls.apiKey === undefined ? {} : { apiKey: urls.apiKey };
+    if (urls.versionSync && dialect !== "vllm")
+      throw new RangeError(
+        `rollout.versionSource "sync" labels vLLM-dialect answers; our policy server (dialect "${dialect}") labels its own tokens: use --dialect vllm or rollout.versionSource: response`,
+      );
     const current: PolicyEndpoint = {
       pool: "current",
       url: urls.current,
@@ -43,6 +53,7 @@ export class PolicyPool {
       requiresTrace: true,
       dialect,
       ...ours,
+      ...(urls.versionSync ? { versionSync: urls.versionSync } : {}),
     };
     const cross = rollout.crossPolicy;
     if (!cross.enabled) {

@@ -45,6 +45,8 @@ export interface RolloutSummary {
   readonly infraRetries: number;
   /** Starts refused for lack of a free env slot (406) and retried after a pause, no attempt used. */
   readonly capacityWaits: number;
+  /** Answers of stored trajectories discarded because they straddled an engine's weight reload (`rollout.versionSource: sync`). */
+  readonly versionDiscards: number;
 }
 
 /** True for failures that are the infrastructure's, not the agent's: retry with a fresh session, never score. */
@@ -106,7 +108,16 @@ export async function runRolloutWorker(
   const policy = options.policy ?? new PolicyClient(rollout.policyTimeoutSeconds * 1000);
   const shutdown = options.signal ?? new AbortController().signal;
   const visibility = config.transport.visibilityTimeoutSeconds;
-  const counts = { done: 0, duplicates: 0, dropped: 0, failed: 0, released: 0, infraRetries: 0, capacityWaits: 0 };
+  const counts = {
+    done: 0,
+    duplicates: 0,
+    dropped: 0,
+    failed: 0,
+    released: 0,
+    infraRetries: 0,
+    capacityWaits: 0,
+    versionDiscards: 0,
+  };
 
   const announce = async (trajectory: Trajectory, key: string): Promise<void> => {
     const ready = TrajectoryReady.parse(readyOf(trajectory, key));
@@ -156,6 +167,7 @@ export async function runRolloutWorker(
           await runEpisode(request, { ...options, policy, rollout, seed: config.seed }, signal, attempt),
         );
         await store.put(key, JSON.stringify(trajectory));
+        counts.versionDiscards += trajectory.metrics.version_discards ?? 0;
         await announce(trajectory, key);
         await requests.delete(message.receiptHandle);
         log.debug({ trajectoryId, status: trajectory.status, reward: trajectory.reward }, "trajectory ready");

@@ -2,6 +2,7 @@ import { readFile } from "node:fs/promises";
 import { parse as parseYaml } from "yaml";
 import { z } from "zod";
 import { issuesOf, ValidationError } from "../errors.ts";
+import { engineIdOf } from "../policy/engine-sync.ts";
 import { EvaluationConfig } from "./evaluation.ts";
 import { LimitsConfig } from "./limits.ts";
 import { PolicyConfig } from "./policy.ts";
@@ -50,6 +51,16 @@ export const ExperimentConfig = z
           code: "custom",
           path: ["rollout", "crossPolicy"],
           message: `stale + external probabilities sum to ${total}; at most 1 is allowed (the rest goes to the current policy)`,
+        });
+    }
+    const syncEngine = c.rollout.syncEngine;
+    if (c.rollout.versionSource === "sync" && syncEngine !== undefined) {
+      const ids = c.policy.syncEngines.map(engineIdOf);
+      if (!ids.includes(syncEngine))
+        ctx.addIssue({
+          code: "custom",
+          path: ["rollout", "syncEngine"],
+          message: `"${syncEngine}" is no engine of policy.syncEngines (ids: ${ids.join(", ") || "none"}); only those get a sync record`,
         });
     }
     if (c.rollout.maxTokensPerTurn > c.rollout.maxTotalTokens)

@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { ENGINE_ID_PATTERN, engineIdOf } from "../policy/engine-sync.ts";
 
 /** Sizes of the decoder-only transformer (Llama/Qwen2 block). */
 export const ModelConfig = z
@@ -29,6 +30,16 @@ export type ModelConfig = z.infer<typeof ModelConfig>;
 /** An inference engine the trainer tells to load each exported version (`policy.syncEngines`). */
 export const SyncEngineConfig = z
   .object({
+    /**
+     * Names the engine's sync record, engines/<id>.json in the checkpoint store, which a rollout
+     * pool with `rollout.versionSource: sync` reads (`rollout.syncEngine`). Unset: derived from the
+     * URL's host and port (`http://vllm:8000` → `vllm-8000`).
+     */
+    id: z
+      .string()
+      .regex(ENGINE_ID_PATTERN, "lowercase letters, digits and '-', at most 63 characters")
+      .optional()
+      .describe("engine id: its sync record engines/<id>.json (default: host-port of url)"),
     /** The engine's root URL (SGLang's /update_weights_from_disk, vLLM's dev-mode /collective_rpc live there). */
     url: z.url({ protocol: /^https?$/, error: "must be an http(s) URL" }).describe("engine root URL"),
     /**
@@ -110,5 +121,18 @@ export const PolicyConfig = z
         path: ["syncEngines"],
         message: "engines load policies/vN/hf/, which only policy.exportHf: true writes; set it",
       });
+    // Two engines on one record would let one's reload be read as the other's.
+    const seen = new Map<string, number>();
+    p.syncEngines.forEach((engine, i) => {
+      const id = engineIdOf(engine);
+      const first = seen.get(id);
+      if (first !== undefined)
+        ctx.addIssue({
+          code: "custom",
+          path: ["syncEngines", i, "id"],
+          message: `"${id}" is also the id of policy.syncEngines[${first}]; each engine needs its own sync record`,
+        });
+      else seen.set(id, i);
+    });
   });
 export type PolicyConfig = z.infer<typeof PolicyConfig>;

@@ -1,3 +1,4 @@
+import { ENGINE_RECORD_PREFIX } from "../policy/engine-sync.ts";
 import { CHECKPOINT_PREFIX } from "../protocol/checkpoints.ts";
 import { STEP_RECORD_PREFIX } from "../protocol/stepRecord.ts";
 import type { QueueName, StoreName } from "../transport/types.ts";
@@ -46,6 +47,8 @@ export const KEY_PREFIXES = {
   sweeps: "sweeps/",
   /** steps/<experimentId>/step-N.json: the trainer's per-step record that `agentrl view` shows. */
   stepRecords: STEP_RECORD_PREFIX,
+  /** engines/<id>.json: what each synced engine serves (the trainer's syncer writes, rollout workers read). */
+  engines: ENGINE_RECORD_PREFIX,
 } as const;
 
 /**
@@ -71,6 +74,8 @@ export const ROLE_ACCESS: Readonly<Record<ContainerRole, RoleAccess>> = {
       { store: "trajectories", prefix: KEY_PREFIXES.trajectories, use: ["read"] },
       { store: "trajectories", prefix: KEY_PREFIXES.stepRecords, use: ["write"] },
       { store: "checkpoints", prefix: KEY_PREFIXES.policies, use: ["read", "write"] },
+      // read: a restarted syncer continues the record's seq, never reusing one
+      { store: "checkpoints", prefix: KEY_PREFIXES.engines, use: ["read", "write"] },
     ],
   },
   feeder: {
@@ -85,6 +90,8 @@ export const ROLE_ACCESS: Readonly<Record<ContainerRole, RoleAccess>> = {
       { store: "trajectories", prefix: KEY_PREFIXES.trajectories, use: ["read", "write"] },
       // the chat codec comes from the newest version's tokenizer.json
       { store: "checkpoints", prefix: KEY_PREFIXES.policies, use: ["read"] },
+      // rollout.versionSource sync: a synced engine's record labels its answers
+      { store: "checkpoints", prefix: KEY_PREFIXES.engines, use: ["read"] },
     ],
   },
   sweep: {

@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { ENGINE_ID_PATTERN } from "../policy/engine-sync.ts";
 
 export const ExternalPolicy = z
   .object({
@@ -46,6 +47,32 @@ export const RolloutConfig = z
     maxInFlightBatches: z.number().min(1).default(2).describe("batches in flight (requests + trajectories)"),
     workers: z.number().int().min(1).default(2).describe("rollout worker processes"),
     concurrency: z.number().int().min(1).default(16).describe("episodes in flight per rollout worker"),
+    /**
+     * Where the current pool's policy version comes from. `response`: the answer itself (our
+     * servers' per-token trace; in the vLLM dialect the x-policy-version header or a `-v<N>`
+     * model name). `sync`: the sync record the trainer keeps for the engine named by
+     * `rollout.syncEngine` (engines/<id>.json, written around each reload of `policy.syncEngines`);
+     * an answer counts only when the record read before sending and after the answer says `ready`
+     * with the same seq, otherwise it is discarded and asked again. For vLLM, which reports no version.
+     */
+    versionSource: z
+      .enum(["response", "sync"])
+      .default("response")
+      .describe("current pool's version: from the answer, or from the synced engine's record (vLLM)"),
+    /** `versionSource: sync`: the `policy.syncEngines[].id` of the engine behind the current pool's URL. */
+    syncEngine: z
+      .string()
+      .regex(ENGINE_ID_PATTERN, "lowercase letters, digits and '-', at most 63 characters")
+      .optional()
+      .describe("versionSource sync: policy.syncEngines[].id of the current pool's engine"),
+    /** `versionSource: sync`: answers discarded for a reload in one turn before the turn counts as an infrastructure failure. */
+    syncRetries: z
+      .number()
+      .int()
+      .min(0)
+      .max(100)
+      .default(3)
+      .describe("versionSource sync: re-asks per turn after an answer straddled a reload"),
     crossPolicy: z
       .object({
         enabled: z.boolean().default(true).describe("per-turn policy drawn from the pool"),
@@ -56,5 +83,13 @@ export const RolloutConfig = z
       .strict()
       .prefault({}),
   })
-  .strict();
+  .strict()
+  .superRefine((r, ctx) => {
+    if (r.versionSource === "sync" && r.syncEngine === undefined)
+      ctx.addIssue({
+        code: "custom",
+        path: ["syncEngine"],
+        message: 'versionSource "sync" reads engines/<id>.json: name the engine (a policy.syncEngines[].id)',
+      });
+  });
 export type RolloutConfig = z.infer<typeof RolloutConfig>;

@@ -8,7 +8,8 @@ import {
   type ToolSpec,
 } from "../../shared/protocol/openai.ts";
 import { bearerHeader } from "../security/bearer.ts";
-import { DialectError, type PolicyDialect, traceFromVllmAnswer } from "./dialect.ts";
+import { DialectError, type PolicyDialect, traceFromVllmAnswer, versionFromHeader } from "./dialect.ts";
+import { EngineRecordError, type EngineVersionWatch, type ReadyRecord, sameReady } from "./engine-sync.ts";
 
 /**
  * A minimal OpenAI-compatible chat-completions client for the agent loop. It reads the
@@ -47,6 +48,11 @@ export interface PolicyEndpoint {
   readonly dialect?: PolicyDialect;
   /** Sent as `authorization: Bearer <apiKey>` (our servers' AGENTRL_POLICY_API_KEY, or an external endpoint's key). */
   readonly apiKey?: string;
+  /**
+   * `rollout.versionSource: sync` (vLLM dialect): the version comes from the engine's sync record,
+   * read before sending and after the answer; an answer between two different records is discarded.
+   */
+  readonly versionSync?: EngineVersionWatch;
 }
 
 /** What one assistant turn came back as. */
@@ -55,6 +61,8 @@ export interface Generation {
   readonly finishReason: "stop" | "length" | "tool_calls";
   /** Present when the server reported token ids, log-probs and versions. */
   readonly trace?: GenerationTrace;
+  /** Answers of this turn discarded because a weight reload may have touched them (`versionSync`). */
+  readonly versionDiscards?: number;
 }
 
 export interface GenerateRequest {
@@ -86,6 +94,46 @@ export class PolicyClient {
 
   /** One completion (n = 1) from `endpoint`. */
   async generate(endpoint: PolicyEndpoint, request: GenerateRequest, signal?: AbortSignal): Promise<Generation> {
+    const sync = endpoint.versionSync;
+    if (sync === undefined) return (await this.generateOnce(endpoint, request, signal)).generation;
+    for (let discards = 0; ; discards++) {
+      let before: ReadyRecord;
+      try {
+        before = await sync.ready(this.timeoutMs, signal);
+      } catch (error) {
+        if (!(error instanceof EngineRecordError)) throw error;
+        throw new PolicyUnavailableError(`policy ${endpoint.pool}: ${error.message}`, { cause: error });
+      }
+      const { generation, answered } = await this.generateOnce(endpoint, request, signal, before.version);
+      const after = await sync.fresh().catch((error: unknown) => {
+        throw new PolicyUnavailableError(`policy ${endpoint.pool}: ${(error as Error).message}`, { cause: error });
+      });
+      if (sameReady(before, after)) {
+        if (answered !== undefined && answered !== before.version)
+          throw new PolicyRequestError(
+            `policy ${endpoint.pool}: the answer names version ${answered} but engine ${sync.engineId}'s sync record says v${before.version}: does rollout.syncEngine name the engine behind this URL?`,
+            502,
+          );
+        return discards === 0 ? generation : { ...generation, versionDiscards: discards };
+      }
+      sync.discard(before, after);
+      if (discards >= sync.retries)
+        throw new PolicyUnavailableError(
+          `policy ${endpoint.pool}: ${discards + 1} answers in a row straddled a weight reload of engine ${sync.engineId} (rollout.syncRetries ${sync.retries})`,
+        );
+    }
+  }
+
+  /**
+   * One request. `syncedVersion` labels a vLLM-dialect answer (from the engine's sync record);
+   * `answered` is the version its x-policy-version header named, if any.
+   */
+  private async generateOnce(
+    endpoint: PolicyEndpoint,
+    request: GenerateRequest,
+    signal?: AbortSignal,
+    syncedVersion?: number,
+  ): Promise<{ generation: Generation; answered?: number }> {
     const vllm = endpoint.dialect === "vllm";
     const body: Partial<ChatCompletionRequest> = {
       model: endpoint.model,
@@ -140,15 +188,18 @@ export class PolicyClient {
     const choice = parsed.data.choices[0];
     if (!choice) throw new PolicyUnavailableError(`policy ${endpoint.pool}: answer has no choices`);
     if (vllm) {
+      // Only the header is checked against a sync record: a model name may end in -v<N> by chance.
+      const answered = versionFromHeader(response.headers);
+      const named = answered === undefined ? {} : { answered };
       try {
-        const trace = traceFromVllmAnswer(parsed.data, choice, response.headers);
-        return { message: choice.message, finishReason: choice.finish_reason, trace };
+        const trace = traceFromVllmAnswer(parsed.data, choice, response.headers, syncedVersion);
+        return { generation: { message: choice.message, finishReason: choice.finish_reason, trace }, ...named };
       } catch (error) {
         if (!(error instanceof DialectError)) throw error;
         // Without ids and log-probs the turn cannot be learned from; an external baseline can still act.
         if (endpoint.requiresTrace)
           throw new PolicyRequestError(`policy ${endpoint.pool}: vLLM-dialect answer: ${error.message}`, 502);
-        return { message: choice.message, finishReason: choice.finish_reason };
+        return { generation: { message: choice.message, finishReason: choice.finish_reason }, ...named };
       }
     }
     if (endpoint.requiresTrace) {
@@ -161,6 +212,6 @@ export class PolicyClient {
           `policy ${endpoint.pool}: trace lengths differ (ids ${n}, logprobs ${trace.logprobs.length}, sampled_logprobs ${sampled}, versions ${trace.policy_versions.length})`,
         );
     }
-    return { message: choice.message, finishReason: choice.finish_reason, trace: choice.agentrl };
+    return { generation: { message: choice.message, finishReason: choice.finish_reason, trace: choice.agentrl } };
   }
 }
