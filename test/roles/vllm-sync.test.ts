@@ -20,6 +20,7 @@ import { createTransport } from "../../shared/transport/index.ts";
 import { restrictTransport } from "../../shared/transport/restricted.ts";
 import type { ObjectStore, Transport } from "../../shared/transport/types.ts";
 import { hfPublisher } from "../../trainer-image/trainer/hf-publish.ts";
+import { runTrainer } from "../../trainer-image/trainer/trainer.ts";
 import { type Stack, startStack, waitFor } from "../env/helpers.ts";
 import { writeTinyHfFolder } from "../support/hf-tiny.ts";
 import { tempDir } from "../support/tmp.ts";
@@ -497,6 +498,31 @@ describe("rollout.versionSource: sync with a vLLM-dialect engine that reports no
           versionSync: deps.pool.draw(() => 0).versionSync!,
         }),
     ).toThrow(/rollout\.versionSource "sync" labels vLLM-dialect answers/);
+  }, 60_000);
+});
+
+describe("a trainer starting with policy.syncEngines", () => {
+  it("brings each engine and its record to the version it trains from before its first step", async () => {
+    const s = await setUp(2);
+    try {
+      expect(await readEngineRecord(s.transport.store("checkpoints"), ENGINE_ID)).toBeUndefined();
+      const stop = new AbortController();
+      stop.abort(); // start, sync, and stop before any step
+      const summary = await runTrainer(s.config, restrictTransport(s.transport, "trainer"), {
+        signal: stop.signal,
+        waitSeconds: 0,
+        log: s.log,
+      });
+      expect(summary).toMatchObject({ version: 1, stepsThisRun: 0 });
+      expect(await readEngineRecord(s.transport.store("checkpoints"), ENGINE_ID)).toMatchObject({
+        version: 1,
+        state: "ready",
+      });
+      expect(s.engine.loaded).toBe(await s.weightsOf(1));
+    } finally {
+      await s.engine.close();
+      await s.transport.close();
+    }
   }, 60_000);
 });
 

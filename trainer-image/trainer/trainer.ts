@@ -154,6 +154,14 @@ export async function runTrainer(
   let lastKeepAlive = Date.now();
   const visibility = config.transport.visibilityTimeoutSeconds;
   log.info({ version, step, reference: ledger.referenceVersion, consumed: consumed.size }, "trainer started");
+  const hf = config.policy.exportHf ? hfPublisher(config.policy, { log }) : undefined;
+  // External engines learn the version they serve only from the trainer: bring them (and their
+  // sync records, which a crash mid-reload leaves at `loading`) to the version training starts
+  // from, or a pool labelled by those records waits for a publish that needs its rollouts.
+  if (hf && config.policy.syncEngines.length > 0)
+    await hf
+      .resync(checkpoints, publishedVersion)
+      .catch((error: unknown) => log.error({ err: error, version: publishedVersion }, "engine resync at start failed"));
 
   const counters = { duplicates: 0, rejected: 0 };
   const abandoned: BufferedGroup[] = [];
@@ -225,12 +233,7 @@ export async function runTrainer(
       metrics,
       tokenizerJson: loaded.tokenizerJson,
       saveOptimizerState: trainer.saveOptimizerState,
-      ...(config.policy.exportHf
-        ? {
-            hf: hfPublisher(config.policy, { log }),
-            onHfError: (err: unknown) => log.error({ err }, "export-hf failed"),
-          }
-        : {}),
+      ...(hf ? { hf, onHfError: (err: unknown) => log.error({ err }, "export-hf failed") } : {}),
     });
     publishedVersion = version;
     unpublished.clear();
