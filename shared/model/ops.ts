@@ -404,9 +404,55 @@ export function attention(qkv: tf.Tensor2D, seqLens: readonly number[], dims: Di
 /**
  * Per-token log-probs log_softmax(logits/temperature)[target], placed into a padded [B, T] grid:
  * cell c takes row `source[c]` of logits with target `targets[c]`; cells with source −1 are 0.
- * The gradient is w·(onehot − p)/temperature, computed in one pass.
+ * On wasm and cpu the logits live in host memory, so one JS pass (tokenLogProbsOnHost) is the
+ * fast form; on a device backend (tfjs-node-gpu) that pass would copy [rows, vocab] logits and
+ * their softmax to the host every micro-batch (2.5 GB for 2,048 tokens of a 151,936-token
+ * vocabulary), so there the same values come from device ops (tokenLogProbsOnDevice).
  */
 export function tokenLogProbs(
+  logits: tf.Tensor2D,
+  source: Int32Array,
+  targets: Int32Array,
+  shape: [number, number],
+  temperature: number,
+): tf.Tensor2D {
+  const onHost = tf.getBackend() === "wasm" || tf.getBackend() === "cpu";
+  return (onHost ? tokenLogProbsOnHost : tokenLogProbsOnDevice)(logits, source, targets, shape, temperature);
+}
+
+/**
+ * tokenLogProbs in device ops, differentiated by TF.js: log-softmax over the vocabulary, then one
+ * gather of the picked (row, target) entries from the flattened result (its gradient is a
+ * scatter-add on the device); only [B, T] values ever leave the device.
+ */
+export function tokenLogProbsOnDevice(
+  logits: tf.Tensor2D,
+  source: Int32Array,
+  targets: Int32Array,
+  shape: [number, number],
+  temperature: number,
+): tf.Tensor2D {
+  const [rows, vocab] = logits.shape;
+  if (rows * vocab > 2 ** 31 - 1)
+    throw new RangeError(
+      `tokenLogProbs: ${rows} rows × ${vocab} vocabulary entries overflow int32 gather indices; lower trainer.microBatchTokens`,
+    );
+  const picked = new Int32Array(source.length);
+  const valid = new Float32Array(source.length);
+  for (let c = 0; c < source.length; c++) {
+    if (source[c]! < 0) continue;
+    picked[c] = source[c]! * vocab + targets[c]!;
+    valid[c] = 1;
+  }
+  return tf.tidy(() => {
+    const logp = tf.logSoftmax(tf.mul(logits, 1 / temperature)).reshape([rows * vocab]);
+    const cells = tf.gather(logp, tf.tensor1d(picked, "int32"));
+    return tf.mul(cells, tf.tensor1d(valid)).reshape(shape) as tf.Tensor2D;
+  });
+}
+
+/** tokenLogProbs as one host pass; the gradient is w·(onehot − p)/temperature, in one pass too. */
+export function tokenLogProbsOnHost(
   logits: tf.Tensor2D,
   source: Int32Array,
   targets: Int32Array,
