@@ -4,10 +4,11 @@
  * CloudFormation as an admin user; creates one IAM user per ECS task role carrying exactly the
  * policy statements of the synthesized AgentRlCompute template (imports resolved against the
  * deployed stacks' exports); seeds v0 with `agentrl policy publish` as the README's deploy steps
- * do; then runs every role as its own process, through `agentrl container`, with the container
- * environment its task definition sets and its own user's credentials, until the trainer has
- * published the requested versions. Any IAM denial (or role-access violation) ends it, naming
- * role, action and resource.
+ * do; sends one poison message to every queue a role consumes (poison.ts); then runs every role
+ * as its own process, through `agentrl container`, with the container environment its task
+ * definition sets and its own user's credentials, until the trainer has published the requested
+ * versions and every poison message sits in its dead-letter queue with its reason. Any IAM
+ * denial (or role-access violation) ends it, naming role, action and resource.
  *
  * What it does not rehearse: the VPC, ECS, Cloud Map and image builds (moto runs no containers),
  * so the network addresses (host, ports, peer URLs) are the one part of the environment it sets
@@ -24,9 +25,14 @@ import { ListObjectsV2Command, S3Client } from "@aws-sdk/client-s3";
 import { GetQueueAttributesCommand, GetQueueUrlCommand, SQSClient } from "@aws-sdk/client-sqs";
 import { App } from "aws-cdk-lib";
 import { type ExperimentConfig, parseConfig } from "../../shared/config/index.ts";
+import { ROLE_ACCESS } from "../../shared/config/roleAccess.ts";
 import { freePort } from "../../shared/net.ts";
+import { AwsQueue } from "../../shared/transport/aws.ts";
+import type { DeadLetter, QueueName } from "../../shared/transport/types.ts";
 import { buildAgentRlApp } from "../agentRlApp.ts";
 import { failurePathReason, type Grant, grantsOf, parseAuthorizationLog, unneededGrants } from "./grantUse.ts";
+import { REGION, startEnforcingMoto } from "./moto.ts";
+import { deadLetterProblem, poisonMessages } from "./poison.ts";
 import {
   type CfnTemplate,
   type PolicyStatement,
@@ -37,7 +43,6 @@ import {
 
 export const REPOSITORY_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 const AGENTRL_BIN = join(REPOSITORY_ROOT, "bin/agentrl.mjs");
-const REGION = "us-east-1";
 
 /** A deployment small enough to rehearse on 2 cores: one task, groups of 2, 2 trainer steps. */
 export const REHEARSAL_CONFIG: ExperimentConfig = parseConfig({
@@ -103,10 +108,12 @@ export interface RehearsalResult {
   readonly denials: readonly Denial[];
   /** Versions in the deployed checkpoint bucket at the end. */
   readonly versions: readonly number[];
+  /** The dead letters of each consumed queue at the end (its poison message, see poison.ts). */
+  readonly deadLetters: Readonly<Partial<Record<QueueName, readonly DeadLetter[]>>>;
   /**
-   * Grants no request of the run needed (see grantUse.ts), each with why it is there: failure
-   * paths (dead-letter queues, handing a message back) and S3's missing-key rule. Any other
-   * unneeded grant fails the rehearsal; every needed one, dropped, denies a request of the run.
+   * Grants no request of the run needed (see grantUse.ts), each with why it is there (only
+   * s3:ListBucket of a role that read no missing key). Any other unneeded grant fails the
+   * rehearsal; every needed one, dropped, denies a request of the run.
    */
   readonly unneededGrants: ReadonlyArray<Grant & { readonly reason: string | undefined }>;
   readonly seconds: number;
@@ -123,7 +130,7 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
   children.push(moto.child);
   const denials: Denial[] = [];
   let failure = "";
-  const admin = await createAdmin(moto.endpoint);
+  const { admin } = moto;
   const clients = { region: REGION, endpoint: moto.endpoint, credentials: admin };
   const cfn = new CloudFormationClient(clients);
   const iam = new IAMClient(clients);
@@ -202,7 +209,24 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
     if (published.code !== 0) throw new Error(`agentrl policy publish failed: ${published.stderr}`);
     log(`seeded v0: ${published.stdout.trim()}`);
 
-    // 4. Every role as its own process, with its task definition's environment and its own credentials.
+    // 4. One poison message in every queue a rehearsed role consumes (as the admin): each consumer
+    // must hand it back (ChangeMessageVisibility) until its last delivery, then dead-letter it with
+    // the reason (the DLQ grants), and go on.
+    const consumed = [
+      ...new Set(
+        definitions.flatMap((definition) =>
+          Object.entries(ROLE_ACCESS[definition.role as keyof typeof ROLE_ACCESS]?.queues ?? {})
+            .filter(([, uses]) => uses.includes("consume"))
+            .map(([queue]) => queue as QueueName),
+        ),
+      ),
+    ].sort();
+    const poisons = poisonMessages(config.experimentId);
+    const adminQueue = (name: QueueName) => new AwsQueue(sqs, name, { ...config.transport, endpoint: moto.endpoint });
+    for (const queue of consumed) await adminQueue(queue).send(poisons[queue].body);
+    log(`sent a poison message to ${consumed.join(", ")}`);
+
+    // 5. Every role as its own process, with its task definition's environment and its own credentials.
     const ports = new Map<string, number>();
     const portOf = async (key: string) => {
       if (!ports.has(key)) ports.set(key, await freePort());
@@ -294,7 +318,7 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
     // so that the run ends settled and its grants for that are used (at most 30 s).
     if (!failure) await drained(sqs, `${config.transport.queuePrefix}-policy-events`, 30_000);
 
-    // 5. What the trainer published, read back as the admin.
+    // 6. What the trainer published and what was dead-lettered, read back as the admin.
     const listed = await s3.send(new ListObjectsV2Command({ Bucket: checkpointBucket, Prefix: "policies/" }));
     const versions = (listed.Contents ?? [])
       .map((object) => /^policies\/v(\d+)\/manifest\.json$/.exec(object.Key ?? "")?.[1])
@@ -306,6 +330,25 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
       failure = `the checkpoint bucket holds versions ${versions.join(", ")}, expected ${expected.join(", ")}`;
     if (!failure && denials.length > 0)
       failure = `denied: ${denials.map((d) => `${d.role} ${d.action} ${d.resource}`).join("; ")}`;
+    const deadLetters: Partial<Record<QueueName, readonly DeadLetter[]>> = {};
+    // A consumer dead-letters its poison on the last delivery; give a slow one a little time.
+    for (const deadline = Date.now() + 30_000; ; ) {
+      for (const queue of consumed) deadLetters[queue] = await adminQueue(queue).deadLetters(20);
+      const problems = consumed.flatMap((queue) => {
+        const problem = deadLetterProblem(
+          queue,
+          poisons[queue],
+          deadLetters[queue] ?? [],
+          config.transport.maxReceiveCount,
+        );
+        return problem ? [problem] : [];
+      });
+      if (problems.length === 0 || failure || Date.now() > deadline) {
+        if (!failure && problems.length > 0) failure = `failure paths: ${problems.join("; ")}`;
+        break;
+      }
+      await new Promise((r) => setTimeout(r, 500));
+    }
     const roleOfKey = new Map([...credentials].map(([roleKey, key]) => [key.accessKeyId, roleKey]));
     const authorized = existsSync(authorizationLog)
       ? parseAuthorizationLog(readFileSync(authorizationLog, "utf8"))
@@ -322,6 +365,7 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
       failure,
       denials,
       versions,
+      deadLetters,
       unneededGrants: unneeded,
       seconds: (Date.now() - started) / 1000,
     };
@@ -431,113 +475,4 @@ function runToEnd(
     });
     child.once("exit", (code) => resolveRun({ code, stdout, stderr }));
   });
-}
-
-/**
- * `python3 -m moto.server` that enforces IAM: after its three unauthenticated calls (create the
- * admin, attach its policy, make its key) every request must be signed by a user whose policies allow it.
- */
-async function startEnforcingMoto(authorizationLog: string): Promise<{ endpoint: string; child: ChildProcess }> {
-  const port = await freePort();
-  const endpoint = `http://127.0.0.1:${port}`;
-  const child = spawn("python3", ["-c", MOTO_SERVER_WITH_QUERY_FIX, String(port), authorizationLog], {
-    stdio: ["ignore", "ignore", "pipe"],
-  });
-  let stderr = "";
-  child.stderr?.on("data", (chunk: Buffer) => {
-    stderr = (stderr + chunk.toString()).slice(-2000);
-  });
-  for (const deadline = Date.now() + 60_000; ; ) {
-    if (child.exitCode !== null) throw new Error(`moto exited: ${stderr}`);
-    try {
-      if ((await fetch(`${endpoint}/moto-api/`)).status < 500) break;
-    } catch {
-      // not yet
-    }
-    if (Date.now() > deadline) throw new Error(`moto did not start: ${stderr}`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
-  const reset = await fetch(`${endpoint}/moto-api/reset-auth`, { method: "POST", body: String(ADMIN_SETUP_CALLS) });
-  if (!reset.ok) throw new Error(`moto reset-auth: ${reset.status}`);
-  return { endpoint, child };
-}
-
-const ADMIN_SETUP_CALLS = 3;
-
-/**
- * moto 5.2.1's server checks a signature against the URL as werkzeug hands it over, with `%2F`
- * in query values decoded to `/`, so every signed ListObjectsV2 with a prefix fails with
- * SignatureDoesNotMatch (in-process moto is not affected). This starts the same server with the
- * query re-encoded the way SigV4 canonicalizes it before the check. And moto authorizes
- * sqs:GetQueueUrl against '*' (it looks for a QueueUrl parameter, which that call does not have),
- * where AWS uses the named queue's ARN; the shim lets it find the queue by its QueueName. And
- * moto asks for sqs:SendMessageBatch (etc.) where AWS authorizes a batch as its single action.
- * And it appends every authorized request (access key, action, resource) to the file named by its
- * second argument, from which the rehearsal tells which grants were needed (grantUse.ts).
- * Nothing else changes.
- */
-const MOTO_SERVER_WITH_QUERY_FIX = `
-import sys
-from urllib.parse import quote, unquote
-from moto.iam import access_control
-original = access_control.IAMRequestBase._create_aws_request
-def _create_aws_request(self):
-    path, sep, query = self._path.partition("?")
-    if sep:
-        pairs = [pair.partition("=") for pair in query.split("&") if pair]
-        self._path = path + "?" + "&".join(
-            quote(unquote(k), safe="-_.~") + ("=" + quote(unquote(v), safe="-_.~") if eq else "")
-            for k, eq, v in pairs)
-    return original(self)
-access_control.IAMRequestBase._create_aws_request = _create_aws_request
-request_init = access_control.IAMRequestBase.__init__
-def __init__(self, *args, **kwargs):
-    request_init(self, *args, **kwargs)
-    if self._action.startswith("sqs:") and self._action.endswith("Batch"):
-        self._action = self._action[: -len("Batch")]
-access_control.IAMRequestBase.__init__ = __init__
-import json, threading
-authorized_log = open(sys.argv[2], "a", buffering=1)
-authorized_lock = threading.Lock()
-check_action_permitted = access_control.IAMRequestBase.check_action_permitted
-def check_and_log(self, resource):
-    check_action_permitted(self, resource)
-    key = self._get_string_between("Credential=", ",", self._headers["Authorization"]).split("/")[0]
-    with authorized_lock:
-        authorized_log.write(json.dumps({"accessKeyId": key, "action": self._action, "resource": resource}) + "\\n")
-access_control.IAMRequestBase.check_action_permitted = check_and_log
-from moto.sqs import responses as sqs_responses
-queue_name = sqs_responses.SQSResponse._get_queue_name
-def _get_queue_name(self):
-    named = self._get_param("QueueName")
-    return named if self._get_param("QueueUrl") is None and named else queue_name(self)
-sqs_responses.SQSResponse._get_queue_name = _get_queue_name
-from moto.server import main
-main(["-H", "127.0.0.1", "-p", sys.argv[1]])
-`;
-
-async function createAdmin(endpoint: string): Promise<{ accessKeyId: string; secretAccessKey: string }> {
-  // Unsigned-in-effect: these are the server's ADMIN_SETUP_CALLS free calls.
-  const iam = new IAMClient({
-    region: REGION,
-    endpoint,
-    credentials: { accessKeyId: "bootstrap", secretAccessKey: "bootstrap" },
-  });
-  try {
-    await iam.send(new CreateUserCommand({ UserName: "rehearsal-admin" }));
-    await iam.send(
-      new PutUserPolicyCommand({
-        UserName: "rehearsal-admin",
-        PolicyName: "admin",
-        PolicyDocument: JSON.stringify({
-          Version: "2012-10-17",
-          Statement: [{ Effect: "Allow", Action: "*", Resource: "*" }],
-        }),
-      }),
-    );
-    const key = (await iam.send(new CreateAccessKeyCommand({ UserName: "rehearsal-admin" }))).AccessKey;
-    return { accessKeyId: key?.AccessKeyId ?? "", secretAccessKey: key?.SecretAccessKey ?? "" };
-  } finally {
-    iam.destroy();
-  }
 }
