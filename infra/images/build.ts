@@ -111,3 +111,11 @@ export async function buildImage(
   const [size, user] = inspected.stdout.trim().split(" ");
   return { image, seconds, sizeBytes: Number(size), user: user ?? "" };
 }
+
+/** The tag of the planned image that serves `role` (its `org.agentrl.roles` label names it). */
+export function imageServing(plan: readonly PlannedImage[], role: ContainerRole): string {
+  const image = plan.find((candidate) => candidate.roles.includes(role));
+  if (!image)
+    throw new Error(`no planned image serves the ${role} role (images: ${plan.map((p) => p.name).join(", ")})`);
+  return image.tag;
+}

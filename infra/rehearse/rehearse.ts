@@ -5,14 +5,16 @@
  * policy statements of the synthesized AgentRlCompute template (imports resolved against the
  * deployed stacks' exports); seeds v0 with `agentrl policy publish` as the README's deploy steps
  * do; sends one poison message to every queue a role consumes (poison.ts); then runs every role
- * as its own process, through `agentrl container`, with the container environment its task
- * definition sets and its own user's credentials, until the trainer has published the requested
- * versions and every poison message sits in its dead-letter queue with its reason. Any IAM
- * denial (or role-access violation) ends it, naming role, action and resource.
+ * through `agentrl container` with the container environment its task definition sets and its
+ * own user's credentials, as a process or as a container of its image (runners.ts), until the
+ * trainer has published the requested versions and every poison message sits in its dead-letter
+ * queue with its reason. Any IAM denial (or role-access violation) ends it, naming role, action
+ * and resource. At the end every role is stopped as ECS stops a task (SIGTERM, SIGKILL after its
+ * stop timeout) and how long it took is reported.
  *
- * What it does not rehearse: the VPC, ECS, Cloud Map and image builds (moto runs no containers),
- * so the network addresses (host, ports, peer URLs) are the one part of the environment it sets
- * itself, beside the endpoint and credentials.
+ * What it does not rehearse: the VPC, ECS and Cloud Map (moto runs no tasks): the process runner
+ * sets the network addresses itself, the container runner puts the containers on one bridge
+ * network with the Cloud Map names as aliases.
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync } from "node:fs";
@@ -26,19 +28,21 @@ import { GetQueueAttributesCommand, GetQueueUrlCommand, SQSClient } from "@aws-s
 import { App } from "aws-cdk-lib";
 import { type ExperimentConfig, parseConfig } from "../../shared/config/index.ts";
 import { ROLE_ACCESS } from "../../shared/config/roleAccess.ts";
-import { freePort } from "../../shared/net.ts";
 import { AwsQueue } from "../../shared/transport/aws.ts";
 import type { DeadLetter, QueueName } from "../../shared/transport/types.ts";
 import { buildAgentRlApp } from "../agentRlApp.ts";
 import { failurePathReason, type Grant, grantsOf, parseAuthorizationLog, unneededGrants } from "./grantUse.ts";
-import { REGION, startEnforcingMoto } from "./moto.ts";
+import { type AccessKey, REGION, startEnforcingMoto } from "./moto.ts";
 import { deadLetterProblem, poisonMessages } from "./poison.ts";
+import { processRunner, type RoleRunner, type RoleStop } from "./runners.ts";
 import {
   type CfnTemplate,
   type PolicyStatement,
+  resolveEnvironment,
   resolveIntrinsics,
   type TaskRoleDefinition,
   taskRoleDefinitions,
+  withoutBootstrapCheck,
 } from "./template.ts";
 
 export const REPOSITORY_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
@@ -99,6 +103,27 @@ export interface RehearsalOptions {
   readonly log?: (line: string) => void;
   /** Give up after this long. @default 300 s */
   readonly timeoutMs?: number;
+  /** How the roles run. @default processRunner() */
+  readonly runner?: RoleRunner;
+  /**
+   * Called once the run has passed its checks, before the roles are stopped (e.g. to look into
+   * the running containers or run an evaluation against the controller); what it throws is
+   * thrown by `rehearse` after the teardown.
+   */
+  readonly beforeStop?: (run: RehearsalRun) => Promise<void>;
+}
+
+/** What {@link RehearsalOptions.beforeStop} sees of a run. */
+export interface RehearsalRun {
+  readonly endpoint: string;
+  /** Keys of the deploying admin (Action * on *). */
+  readonly admin: AccessKey;
+  readonly definitions: readonly TaskRoleDefinition[];
+  /** A role's environment as its task definition sets it, resolved against the deployed stacks. */
+  environmentOf(definition: TaskRoleDefinition): Record<string, string>;
+  readonly runner: RoleRunner;
+  /** Stops one role now, as the teardown would (recorded in the result's `stops`). */
+  stopRole(definition: TaskRoleDefinition): Promise<RoleStop>;
 }
 
 export interface RehearsalResult {
@@ -116,6 +141,10 @@ export interface RehearsalResult {
    * rehearsal; every needed one, dropped, denies a request of the run.
    */
   readonly unneededGrants: ReadonlyArray<Grant & { readonly reason: string | undefined }>;
+  /** Seconds from each role's start to its ready line (`listening` or `started`), by role key. */
+  readonly readySeconds: Readonly<Record<string, number>>;
+  /** How each role still running at the end stopped on SIGTERM, by role key (the trainer exits by itself). */
+  readonly stops: Readonly<Record<string, RoleStop>>;
   readonly seconds: number;
 }
 
@@ -124,10 +153,12 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
   const started = Date.now();
   const log = options.log ?? ((line: string) => process.stderr.write(`[rehearse] ${line}\n`));
   const { config } = options.templates;
-  const children: ChildProcess[] = [];
+  const runner = options.runner ?? processRunner();
+  const running = new Map<TaskRoleDefinition, ChildProcess>();
+  const stops: Record<string, RoleStop> = {};
+  let timeout: ReturnType<typeof setTimeout> | undefined;
   const authorizationLog = join(mkdtempSync(join(tmpdir(), "agentrl-rehearse-moto-")), "authorized.jsonl");
-  const moto = await startEnforcingMoto(authorizationLog);
-  children.push(moto.child);
+  const moto = await startEnforcingMoto(authorizationLog, runner.motoHost);
   const denials: Denial[] = [];
   let failure = "";
   const { admin } = moto;
@@ -226,63 +257,27 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
     for (const queue of consumed) await adminQueue(queue).send(poisons[queue].body);
     log(`sent a poison message to ${consumed.join(", ")}`);
 
-    // 5. Every role as its own process, with its task definition's environment and its own credentials.
-    const ports = new Map<string, number>();
-    const portOf = async (key: string) => {
-      if (!ports.has(key)) ports.set(key, await freePort());
-      return ports.get(key)!;
-    };
-    const controllerUrl = `http://127.0.0.1:${await portOf("controller")}`;
-    const policyUrl = async (pool: string) => `http://127.0.0.1:${await portOf(`policy:${pool}`)}`;
-    const network = async (definition: TaskRoleDefinition): Promise<Record<string, string>> => {
-      const own: Record<string, string> =
-        "AGENTRL_PORT" in definition.environment ? { AGENTRL_PORT: String(await portOf(definition.key)) } : {};
-      return {
-        ...own,
-        AGENTRL_HOST: "127.0.0.1",
-        ...("AGENTRL_CONTROLLER_URL" in definition.environment ? { AGENTRL_CONTROLLER_URL: controllerUrl } : {}),
-        ...(definition.role === "env" ? { AGENTRL_ADVERTISE_HOST: "127.0.0.1" } : {}),
-        ...(definition.role === "rollout"
-          ? {
-              AGENTRL_POLICY_CURRENT_URL: await policyUrl("current"),
-              AGENTRL_POLICY_STALE_URL: await policyUrl("stale"),
-            }
-          : {}),
-      };
-    };
+    // 5. Every role with its task definition's environment and its own credentials.
+    const environmentOf = (definition: TaskRoleDefinition) => resolveEnvironment(definition, importValue);
     let finish: (reason: string) => void = () => {};
     const finished = new Promise<string>((resolve) => {
       finish = resolve;
     });
-    const exits = new Map<string, number | null>();
-    const start = async (definition: TaskRoleDefinition) => {
-      const fromTemplate = Object.fromEntries(
-        Object.entries(definition.environment).map(([name, value]) => [
-          name,
-          String(resolveIntrinsics(value, importValue)),
-        ]),
-      );
-      const key = credentials.get(definition.key)!;
-      const env: NodeJS.ProcessEnv = {
-        PATH: process.env.PATH,
-        HOME: process.env.HOME,
-        ...fromTemplate,
-        ...(await network(definition)),
-        AGENTRL_AWS_ENDPOINT: moto.endpoint,
-        AWS_REGION: REGION,
-        AWS_ACCESS_KEY_ID: key.accessKeyId,
-        AWS_SECRET_ACCESS_KEY: key.secretAccessKey,
-        AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: "true",
-        AGENTRL_LOG_LEVEL: "warn",
-        // the trainer's run folder (metrics.jsonl) goes to a temp dir, not the checkout
-        AGENTRL__runDir: mkdtempSync(join(tmpdir(), `agentrl-rehearse-${definition.role}-`)),
-      };
-      const child = spawn(process.execPath, [AGENTRL_BIN, "container"], {
-        cwd: REPOSITORY_ROOT,
-        env,
-        stdio: ["ignore", "pipe", "pipe"],
+    timeout = setTimeout(
+      () => finish(`timed out after ${(options.timeoutMs ?? 300_000) / 1000} s`),
+      options.timeoutMs ?? 300_000,
+    );
+    const readySeconds: Record<string, number> = {};
+    await runner.prepare();
+    const start = async (definition: TaskRoleDefinition): Promise<void> => {
+      const startedAt = Date.now();
+      const child = await runner.start({
+        definition,
+        environment: environmentOf(definition),
+        key: credentials.get(definition.key)!,
+        endpoint: moto.endpoint,
       });
-      children.push(child);
+      running.set(definition, child);
       let tail = "";
       child.stderr?.setEncoding("utf8").on("data", (chunk: string) => {
         tail = (tail + chunk).slice(-3000);
@@ -294,23 +289,36 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
           }
         }
       });
-      child.stdout?.resume();
-      child.once("exit", (code) => {
-        exits.set(definition.key, code);
-        if (definition.role === "trainer") finish(code === 0 ? "" : `the trainer exited with ${code}: ${tail}`);
-        else if (code !== 0 && code !== null) finish(`role ${definition.key} exited with ${code}: ${tail}`);
+      const ready = new Promise<void>((resolveReady) => {
+        let pending = "";
+        child.stdout?.setEncoding("utf8").on("data", (chunk: string) => {
+          if (definition.key in readySeconds) return;
+          pending = (pending + chunk).slice(-4000);
+          if (/"event":"(listening|started)"/.test(pending)) {
+            readySeconds[definition.key] = (Date.now() - startedAt) / 1000;
+            resolveReady();
+          }
+        });
+        child.once("exit", (code) => {
+          if (definition.role === "trainer") finish(code === 0 ? "" : `the trainer exited with ${code}: ${tail}`);
+          else finish(`role ${definition.key} exited with ${code}: ${tail}`);
+          resolveReady();
+        });
       });
+      await Promise.race([ready, finished]);
     };
     const byRole = (role: string) => definitions.filter((d) => d.role === role);
+    // In the order the services need each other: the controller, then what registers with it or
+    // serves the policy, then the roles that use them.
     for (const definition of byRole("controller")) await start(definition);
-    await waitForHttp(`${controllerUrl}/api/list_workers`, finished);
-    for (const definition of [...byRole("env"), ...byRole("policy")]) await start(definition);
-    for (const pool of ["current", "stale"]) await waitForHttp(`${await policyUrl(pool)}/health`, finished);
-    for (const definition of [...byRole("trainer"), ...byRole("feeder"), ...byRole("rollout")]) await start(definition);
-    log(`started ${children.length - 1} role processes; waiting for ${config.trainer.maxSteps} trainer steps`);
-    const timeout = setTimeout(
-      () => finish(`timed out after ${(options.timeoutMs ?? 300_000) / 1000} s`),
-      options.timeoutMs ?? 300_000,
+    await Promise.all([...byRole("env"), ...byRole("policy")].map(start));
+    await Promise.all([...byRole("trainer"), ...byRole("feeder"), ...byRole("rollout")].map(start));
+    log(
+      `started ${running.size} roles as ${runner.kind === "process" ? "processes" : "containers"} (ready after ${Object.entries(
+        readySeconds,
+      )
+        .map(([key, seconds]) => `${key} ${seconds.toFixed(1)} s`)
+        .join(", ")}); waiting for ${config.trainer.maxSteps} trainer steps`,
     );
     failure = await finished;
     clearTimeout(timeout);
@@ -360,6 +368,23 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
     log(
       `moto authorized ${authorized.length} role requests; ${grants.length - unneeded.length} of ${grants.length} grants needed`,
     );
+    // The run is over: from here on, roles exit because they are stopped.
+    finish("");
+    const stopRole = async (definition: TaskRoleDefinition): Promise<RoleStop> => {
+      const child = running.get(definition);
+      if (!child) throw new Error(`role ${definition.key} is not running`);
+      const stopped = await runner.stop(definition, child);
+      stops[definition.key] = stopped;
+      return stopped;
+    };
+    if (!failure && options.beforeStop)
+      await options.beforeStop({ endpoint: moto.endpoint, admin, definitions, environmentOf, runner, stopRole });
+    // Every role still running stops as ECS stops a task.
+    await Promise.all(
+      [...running].map(async ([definition, child]) => {
+        if (child.exitCode === null && child.signalCode === null) await stopRole(definition);
+      }),
+    );
     return {
       passed: failure === "",
       failure,
@@ -367,12 +392,15 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
       versions,
       deadLetters,
       unneededGrants: unneeded,
+      readySeconds,
+      stops,
       seconds: (Date.now() - started) / 1000,
     };
   } finally {
-    for (const child of children.reverse()) if (child.exitCode === null) child.kill("SIGTERM");
-    await new Promise((r) => setTimeout(r, 500));
-    for (const child of children) if (child.exitCode === null) child.kill("SIGKILL");
+    clearTimeout(timeout);
+    for (const child of running.values()) if (child.exitCode === null) child.kill("SIGKILL");
+    await runner.cleanup();
+    await moto.stop();
     for (const client of [cfn, iam, s3, sqs]) client.destroy();
   }
 }
@@ -422,37 +450,6 @@ function dropAction(
   });
   if (!dropped) throw new Error(`no statement grants ${drop.action} on ${drop.resource}`);
   return out;
-}
-
-/** The CDK bootstrap-version rule reads an SSM parameter that only `cdk bootstrap` creates; moto has none. */
-function withoutBootstrapCheck(template: CfnTemplate): Record<string, unknown> {
-  const {
-    Rules: _rules,
-    Parameters: parameters,
-    ...rest
-  } = template as CfnTemplate & {
-    Rules?: unknown;
-    Parameters?: Record<string, unknown>;
-  };
-  const { BootstrapVersion: _version, ...kept } = parameters ?? {};
-  return Object.keys(kept).length > 0 ? { ...rest, Parameters: kept } : rest;
-}
-
-async function waitForHttp(url: string, failed: Promise<string>): Promise<void> {
-  let failure: string | undefined;
-  void failed.then((reason) => {
-    failure = reason || "ended";
-  });
-  for (const deadline = Date.now() + 180_000; Date.now() < deadline; ) {
-    if (failure !== undefined) throw new Error(`while waiting for ${url}: ${failure}`);
-    try {
-      if ((await fetch(url)).status < 500) return;
-    } catch {
-      // not listening yet
-    }
-    await new Promise((r) => setTimeout(r, 250));
-  }
-  throw new Error(`${url} did not answer within 180 s`);
 }
 
 function runToEnd(

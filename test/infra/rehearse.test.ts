@@ -31,6 +31,14 @@ describe("deploy rehearsal under enforced IAM", () => {
     // that exist, so its ListBucket on that bucket (S3's 404 for a missing key) stays unused.
     expect(result.unneededGrants.map((g) => [g.role, g.action])).toEqual([["trainer", "s3:ListBucket"]]);
     expect(result.unneededGrants[0]?.resource).toMatch(/^arn:aws:s3:::agentrlstores-storestrajectories/);
+    // Every role but the trainer (which exits by itself) was still running and stopped on SIGTERM.
+    expect(Object.keys(result.stops).sort()).toEqual(
+      ["controller", "env:db", "feeder", "policy:current", "policy:stale", "rollout"].sort(),
+    );
+    for (const [key, stop] of Object.entries(result.stops)) {
+      expect(stop.exitCode, key).toBe(0);
+      expect(stop.seconds, key).toBeLessThan(stop.limitSeconds);
+    }
     expect(result.passed).toBe(true);
   }, 400_000);
 
