@@ -79,7 +79,8 @@ export function buildAgentRlApp(app: App, options: AgentRlAppOptions): AgentRlSt
           description: "agentrl-ts: scheduled sweeps (EventBridge Scheduler -> ECS RunTask)",
           cluster: compute.cluster.cluster,
           vpc: compute.cluster.vpc,
-          image: compute.images.functions,
+          // every grid point runs the embedded pipeline, trainer included: the model image, on CPU
+          image: compute.images.trainerCpu,
           resultsBucket: stores.checkpointBucket,
           sweeps: options.sweeps,
         })

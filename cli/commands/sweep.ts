@@ -51,7 +51,7 @@ export function register(program: Command): void {
           process.stdout.write(`sweep ${spec.name}: ${points.length} experiments\n${lines.join("\n")}\n`);
           return;
         }
-        const { runSweep, commandRunner, s3Uploader } = await import("../../functions/sweep/run.ts");
+        const { runSweep, commandRunner, s3Uploader } = await import("../../trainer-image/sweep/run.ts");
         const bucket = options.resultsBucket ?? process.env.AGENTRL_RESULTS_BUCKET;
         const region = process.env.AWS_REGION;
         const endpoint = process.env.AGENTRL_AWS_ENDPOINT;

@@ -17,13 +17,19 @@ export interface ImageBuild {
   readonly buildArgs: Readonly<Record<string, string>>;
 }
 
+/** The trainer image's build argument that picks the CPU variant (wasm backend on node:20-bookworm-slim). */
+export const TRAINER_CPU_BUILD_ARGS: Readonly<Record<string, string>> = { TFJS_BACKEND: "wasm" };
+
 /**
  * The container images, built by `cdk deploy` as Docker image assets (synth only stages the
  * context; Docker is needed at deploy, not at synth). The context is the repository root and
  * its `.dockerignore` (which CDK reads too) keeps host node_modules, tests and runs out.
- * - `functions/Dockerfile`: controller, feeder, rollout workers, sweep runner and the env worker
- *   of every task (the tasks are pure TypeScript, so an image per task would be a copy of this one);
- * - `trainer-image/Dockerfile`: trainer and policy servers (CUDA + tfjs-node-gpu);
+ * - `functions/Dockerfile`: controller, feeder, rollout workers, env pools and the env worker of
+ *   every task (the tasks are pure TypeScript, so an image per task would be a copy of this one);
+ *   no TF.js, since none of these runs a model;
+ * - `trainer-image/Dockerfile`: trainer and policy servers (CUDA + tfjs-node-gpu), and in its CPU
+ *   variant ({@link RoleImages.trainerCpu}) the sweep runner, whose points run the embedded
+ *   pipeline with its trainer on Fargate;
  * - `env-images/<task>/Dockerfile`, only for a task that ships one because it needs more than
  *   the functions image holds (system packages, a simulator).
  */
@@ -32,6 +38,7 @@ export class RoleImages extends Construct {
   readonly trainer: ecs.ContainerImage;
   private readonly root: string;
   private readonly envImages = new Map<string, ecs.ContainerImage>();
+  private cpuTrainer: ecs.ContainerImage | undefined;
   private readonly assets = new Map<string, ImageBuild>();
 
   constructor(scope: Construct, id: string, props: RoleImagesProps) {
@@ -52,6 +59,15 @@ export class RoleImages extends Construct {
   }
 
   /**
+   * The trainer image's CPU variant (`TFJS_BACKEND=wasm`, no CUDA): for roles that run a model
+   * on CPU capacity, i.e. the sweep runner on Fargate. Built only when something uses it.
+   */
+  get trainerCpu(): ecs.ContainerImage {
+    this.cpuTrainer ??= this.fromDockerfile("trainer-image/Dockerfile", TRAINER_CPU_BUILD_ARGS);
+    return this.cpuTrainer;
+  }
+
+  /**
    * The env worker image of `task`: its own `env-images/<task>/Dockerfile` when the task ships
    * one, otherwise the functions image (`agentrl container` with AGENTRL_ROLE=env and
    * AGENTRL_TASK serves any registered task).
@@ -65,8 +81,12 @@ export class RoleImages extends Construct {
     return image;
   }
 
-  private fromDockerfile(file: string): ecs.ContainerImage {
-    this.assets.set(file, { file, buildArgs: {} });
-    return ecs.ContainerImage.fromAsset(this.root, { file, ignoreMode: IgnoreMode.DOCKER });
+  private fromDockerfile(file: string, buildArgs: Readonly<Record<string, string>> = {}): ecs.ContainerImage {
+    this.assets.set(`${file} ${JSON.stringify(buildArgs)}`, { file, buildArgs });
+    return ecs.ContainerImage.fromAsset(this.root, {
+      file,
+      ignoreMode: IgnoreMode.DOCKER,
+      ...(Object.keys(buildArgs).length > 0 ? { buildArgs: { ...buildArgs } } : {}),
+    });
   }
 }

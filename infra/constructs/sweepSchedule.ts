@@ -17,7 +17,7 @@ import { InvalidPropError, requireRange } from "./validate.ts";
 export interface SweepScheduleProps {
   readonly cluster: ecs.ICluster;
   readonly vpc: ec2.IVpc;
-  /** Image holding `agentrl sweep` (the functions image). */
+  /** Image holding `agentrl sweep` and TF.js (the trainer image's CPU variant: Fargate has no GPU). */
   readonly image: ecs.ContainerImage;
   /** The sweep; must carry a `schedule`. Its grid is expanded and validated at synth. */
   readonly spec: SweepSpec;

@@ -6,7 +6,7 @@ import { App } from "aws-cdk-lib";
 import { type ContainerRole, ContainerRole as ContainerRoleSchema } from "../../shared/config/containerEnv.ts";
 import { loadConfig } from "../../shared/config/index.ts";
 import { buildAgentRlApp } from "../agentRlApp.ts";
-import type { ImageBuild } from "../constructs/images.ts";
+import { type ImageBuild, TRAINER_CPU_BUILD_ARGS } from "../constructs/images.ts";
 import { type ContainerEngine, engineExec } from "./engine.ts";
 
 export const REPOSITORY_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
@@ -44,21 +44,24 @@ export async function plannedImages(configFile = PLAN_CONFIG, root = REPOSITORY_
     const cdkJson = JSON.parse(readFileSync(join(root, "cdk.json"), "utf8")) as { context?: Record<string, unknown> };
     const app = new App({ outdir, context: { ...cdkJson.context, "aws:cdk:disable-asset-staging": true } });
     const { compute } = buildAgentRlApp(app, { config: await loadConfig(configFile), repositoryRoot: root });
-    return compute.images.builds.map((build) => {
+    const planned = new Map<string, PlannedImage>();
+    for (const build of compute.images.builds) {
+      // Both trainer builds (GPU, and the CPU variant a sweep uses) are the CPU variant here.
       const cpuTrainer = build.file === "trainer-image/Dockerfile";
       const name = cpuTrainer
         ? "trainer-cpu"
         : build.file === "functions/Dockerfile"
           ? "functions"
           : `env-${build.file.split("/")[1]}`;
-      return {
+      planned.set(name, {
         ...build,
-        buildArgs: cpuTrainer ? { ...build.buildArgs, TFJS_BACKEND: "wasm" } : build.buildArgs,
+        buildArgs: cpuTrainer ? { ...build.buildArgs, ...TRAINER_CPU_BUILD_ARGS } : build.buildArgs,
         name,
         tag: `localhost/agentrl-ts/${name}:dev`,
         roles: dockerfileRoles(build.file, root),
-      };
-    });
+      });
+    }
+    return [...planned.values()];
   } finally {
     rmSync(outdir, { recursive: true, force: true });
   }
@@ -107,4 +110,12 @@ export async function buildImage(
   const inspected = await engineExec(engine, ["image", "inspect", "--format", "{{.Size}} {{.Config.User}}", image.tag]);
   const [size, user] = inspected.stdout.trim().split(" ");
   return { image, seconds, sizeBytes: Number(size), user: user ?? "" };
+}
+
+/** The tag of the planned image that serves `role` (its `org.agentrl.roles` label names it). */
+export function imageServing(plan: readonly PlannedImage[], role: ContainerRole): string {
+  const image = plan.find((candidate) => candidate.roles.includes(role));
+  if (!image)
+    throw new Error(`no planned image serves the ${role} role (images: ${plan.map((p) => p.name).join(", ")})`);
+  return image.tag;
 }

@@ -4,14 +4,17 @@
  * CloudFormation as an admin user; creates one IAM user per ECS task role carrying exactly the
  * policy statements of the synthesized AgentRlCompute template (imports resolved against the
  * deployed stacks' exports); seeds v0 with `agentrl policy publish` as the README's deploy steps
- * do; then runs every role as its own process, through `agentrl container`, with the container
- * environment its task definition sets and its own user's credentials, until the trainer has
- * published the requested versions. Any IAM denial (or role-access violation) ends it, naming
- * role, action and resource.
+ * do; sends one poison message to every queue a role consumes (poison.ts); then runs every role
+ * through `agentrl container` with the container environment its task definition sets and its
+ * own user's credentials, as a process or as a container of its image (runners.ts), until the
+ * trainer has published the requested versions and every poison message sits in its dead-letter
+ * queue with its reason. Any IAM denial (or role-access violation) ends it, naming role, action
+ * and resource. At the end every role is stopped as ECS stops a task (SIGTERM, SIGKILL after its
+ * stop timeout) and how long it took is reported.
  *
- * What it does not rehearse: the VPC, ECS, Cloud Map and image builds (moto runs no containers),
- * so the network addresses (host, ports, peer URLs) are the one part of the environment it sets
- * itself, beside the endpoint and credentials.
+ * What it does not rehearse: the VPC, ECS and Cloud Map (moto runs no tasks): the process runner
+ * sets the network addresses itself, the container runner puts the containers on one bridge
+ * network with the Cloud Map names as aliases.
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync } from "node:fs";
@@ -24,20 +27,26 @@ import { ListObjectsV2Command, S3Client } from "@aws-sdk/client-s3";
 import { GetQueueAttributesCommand, GetQueueUrlCommand, SQSClient } from "@aws-sdk/client-sqs";
 import { App } from "aws-cdk-lib";
 import { type ExperimentConfig, parseConfig } from "../../shared/config/index.ts";
-import { freePort } from "../../shared/net.ts";
+import { ROLE_ACCESS } from "../../shared/config/roleAccess.ts";
+import { AwsQueue } from "../../shared/transport/aws.ts";
+import type { DeadLetter, QueueName } from "../../shared/transport/types.ts";
 import { buildAgentRlApp } from "../agentRlApp.ts";
 import { failurePathReason, type Grant, grantsOf, parseAuthorizationLog, unneededGrants } from "./grantUse.ts";
+import { type AccessKey, REGION, startEnforcingMoto } from "./moto.ts";
+import { deadLetterProblem, poisonMessages } from "./poison.ts";
+import { processRunner, type RoleRunner, type RoleStop } from "./runners.ts";
 import {
   type CfnTemplate,
   type PolicyStatement,
+  resolveEnvironment,
   resolveIntrinsics,
   type TaskRoleDefinition,
   taskRoleDefinitions,
+  withoutBootstrapCheck,
 } from "./template.ts";
 
 export const REPOSITORY_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 const AGENTRL_BIN = join(REPOSITORY_ROOT, "bin/agentrl.mjs");
-const REGION = "us-east-1";
 
 /** A deployment small enough to rehearse on 2 cores: one task, groups of 2, 2 trainer steps. */
 export const REHEARSAL_CONFIG: ExperimentConfig = parseConfig({
@@ -94,6 +103,27 @@ export interface RehearsalOptions {
   readonly log?: (line: string) => void;
   /** Give up after this long. @default 300 s */
   readonly timeoutMs?: number;
+  /** How the roles run. @default processRunner() */
+  readonly runner?: RoleRunner;
+  /**
+   * Called once the run has passed its checks, before the roles are stopped (e.g. to look into
+   * the running containers or run an evaluation against the controller); what it throws is
+   * thrown by `rehearse` after the teardown.
+   */
+  readonly beforeStop?: (run: RehearsalRun) => Promise<void>;
+}
+
+/** What {@link RehearsalOptions.beforeStop} sees of a run. */
+export interface RehearsalRun {
+  readonly endpoint: string;
+  /** Keys of the deploying admin (Action * on *). */
+  readonly admin: AccessKey;
+  readonly definitions: readonly TaskRoleDefinition[];
+  /** A role's environment as its task definition sets it, resolved against the deployed stacks. */
+  environmentOf(definition: TaskRoleDefinition): Record<string, string>;
+  readonly runner: RoleRunner;
+  /** Stops one role now, as the teardown would (recorded in the result's `stops`). */
+  stopRole(definition: TaskRoleDefinition): Promise<RoleStop>;
 }
 
 export interface RehearsalResult {
@@ -103,12 +133,18 @@ export interface RehearsalResult {
   readonly denials: readonly Denial[];
   /** Versions in the deployed checkpoint bucket at the end. */
   readonly versions: readonly number[];
+  /** The dead letters of each consumed queue at the end (its poison message, see poison.ts). */
+  readonly deadLetters: Readonly<Partial<Record<QueueName, readonly DeadLetter[]>>>;
   /**
-   * Grants no request of the run needed (see grantUse.ts), each with why it is there: failure
-   * paths (dead-letter queues, handing a message back) and S3's missing-key rule. Any other
-   * unneeded grant fails the rehearsal; every needed one, dropped, denies a request of the run.
+   * Grants no request of the run needed (see grantUse.ts), each with why it is there (only
+   * s3:ListBucket of a role that read no missing key). Any other unneeded grant fails the
+   * rehearsal; every needed one, dropped, denies a request of the run.
    */
   readonly unneededGrants: ReadonlyArray<Grant & { readonly reason: string | undefined }>;
+  /** Seconds from each role's start to its ready line (`listening` or `started`), by role key. */
+  readonly readySeconds: Readonly<Record<string, number>>;
+  /** How each role still running at the end stopped on SIGTERM, by role key (the trainer exits by itself). */
+  readonly stops: Readonly<Record<string, RoleStop>>;
   readonly seconds: number;
 }
 
@@ -117,13 +153,15 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
   const started = Date.now();
   const log = options.log ?? ((line: string) => process.stderr.write(`[rehearse] ${line}\n`));
   const { config } = options.templates;
-  const children: ChildProcess[] = [];
+  const runner = options.runner ?? processRunner();
+  const running = new Map<TaskRoleDefinition, ChildProcess>();
+  const stops: Record<string, RoleStop> = {};
+  let timeout: ReturnType<typeof setTimeout> | undefined;
   const authorizationLog = join(mkdtempSync(join(tmpdir(), "agentrl-rehearse-moto-")), "authorized.jsonl");
-  const moto = await startEnforcingMoto(authorizationLog);
-  children.push(moto.child);
+  const moto = await startEnforcingMoto(authorizationLog, runner.motoHost);
   const denials: Denial[] = [];
   let failure = "";
-  const admin = await createAdmin(moto.endpoint);
+  const { admin } = moto;
   const clients = { region: REGION, endpoint: moto.endpoint, credentials: admin };
   const cfn = new CloudFormationClient(clients);
   const iam = new IAMClient(clients);
@@ -202,63 +240,44 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
     if (published.code !== 0) throw new Error(`agentrl policy publish failed: ${published.stderr}`);
     log(`seeded v0: ${published.stdout.trim()}`);
 
-    // 4. Every role as its own process, with its task definition's environment and its own credentials.
-    const ports = new Map<string, number>();
-    const portOf = async (key: string) => {
-      if (!ports.has(key)) ports.set(key, await freePort());
-      return ports.get(key)!;
-    };
-    const controllerUrl = `http://127.0.0.1:${await portOf("controller")}`;
-    const policyUrl = async (pool: string) => `http://127.0.0.1:${await portOf(`policy:${pool}`)}`;
-    const network = async (definition: TaskRoleDefinition): Promise<Record<string, string>> => {
-      const own: Record<string, string> =
-        "AGENTRL_PORT" in definition.environment ? { AGENTRL_PORT: String(await portOf(definition.key)) } : {};
-      return {
-        ...own,
-        AGENTRL_HOST: "127.0.0.1",
-        ...("AGENTRL_CONTROLLER_URL" in definition.environment ? { AGENTRL_CONTROLLER_URL: controllerUrl } : {}),
-        ...(definition.role === "env" ? { AGENTRL_ADVERTISE_HOST: "127.0.0.1" } : {}),
-        ...(definition.role === "rollout"
-          ? {
-              AGENTRL_POLICY_CURRENT_URL: await policyUrl("current"),
-              AGENTRL_POLICY_STALE_URL: await policyUrl("stale"),
-            }
-          : {}),
-      };
-    };
+    // 4. One poison message in every queue a rehearsed role consumes (as the admin): each consumer
+    // must hand it back (ChangeMessageVisibility) until its last delivery, then dead-letter it with
+    // the reason (the DLQ grants), and go on.
+    const consumed = [
+      ...new Set(
+        definitions.flatMap((definition) =>
+          Object.entries(ROLE_ACCESS[definition.role as keyof typeof ROLE_ACCESS]?.queues ?? {})
+            .filter(([, uses]) => uses.includes("consume"))
+            .map(([queue]) => queue as QueueName),
+        ),
+      ),
+    ].sort();
+    const poisons = poisonMessages(config.experimentId);
+    const adminQueue = (name: QueueName) => new AwsQueue(sqs, name, { ...config.transport, endpoint: moto.endpoint });
+    for (const queue of consumed) await adminQueue(queue).send(poisons[queue].body);
+    log(`sent a poison message to ${consumed.join(", ")}`);
+
+    // 5. Every role with its task definition's environment and its own credentials.
+    const environmentOf = (definition: TaskRoleDefinition) => resolveEnvironment(definition, importValue);
     let finish: (reason: string) => void = () => {};
     const finished = new Promise<string>((resolve) => {
       finish = resolve;
     });
-    const exits = new Map<string, number | null>();
-    const start = async (definition: TaskRoleDefinition) => {
-      const fromTemplate = Object.fromEntries(
-        Object.entries(definition.environment).map(([name, value]) => [
-          name,
-          String(resolveIntrinsics(value, importValue)),
-        ]),
-      );
-      const key = credentials.get(definition.key)!;
-      const env: NodeJS.ProcessEnv = {
-        PATH: process.env.PATH,
-        HOME: process.env.HOME,
-        ...fromTemplate,
-        ...(await network(definition)),
-        AGENTRL_AWS_ENDPOINT: moto.endpoint,
-        AWS_REGION: REGION,
-        AWS_ACCESS_KEY_ID: key.accessKeyId,
-        AWS_SECRET_ACCESS_KEY: key.secretAccessKey,
-        AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: "true",
-        AGENTRL_LOG_LEVEL: "warn",
-        // the trainer's run folder (metrics.jsonl) goes to a temp dir, not the checkout
-        AGENTRL__runDir: mkdtempSync(join(tmpdir(), `agentrl-rehearse-${definition.role}-`)),
-      };
-      const child = spawn(process.execPath, [AGENTRL_BIN, "container"], {
-        cwd: REPOSITORY_ROOT,
-        env,
-        stdio: ["ignore", "pipe", "pipe"],
+    timeout = setTimeout(
+      () => finish(`timed out after ${(options.timeoutMs ?? 300_000) / 1000} s`),
+      options.timeoutMs ?? 300_000,
+    );
+    const readySeconds: Record<string, number> = {};
+    await runner.prepare();
+    const start = async (definition: TaskRoleDefinition): Promise<void> => {
+      const startedAt = Date.now();
+      const child = await runner.start({
+        definition,
+        environment: environmentOf(definition),
+        key: credentials.get(definition.key)!,
+        endpoint: moto.endpoint,
       });
-      children.push(child);
+      running.set(definition, child);
       let tail = "";
       child.stderr?.setEncoding("utf8").on("data", (chunk: string) => {
         tail = (tail + chunk).slice(-3000);
@@ -270,23 +289,36 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
           }
         }
       });
-      child.stdout?.resume();
-      child.once("exit", (code) => {
-        exits.set(definition.key, code);
-        if (definition.role === "trainer") finish(code === 0 ? "" : `the trainer exited with ${code}: ${tail}`);
-        else if (code !== 0 && code !== null) finish(`role ${definition.key} exited with ${code}: ${tail}`);
+      const ready = new Promise<void>((resolveReady) => {
+        let pending = "";
+        child.stdout?.setEncoding("utf8").on("data", (chunk: string) => {
+          if (definition.key in readySeconds) return;
+          pending = (pending + chunk).slice(-4000);
+          if (/"event":"(listening|started)"/.test(pending)) {
+            readySeconds[definition.key] = (Date.now() - startedAt) / 1000;
+            resolveReady();
+          }
+        });
+        child.once("exit", (code) => {
+          if (definition.role === "trainer") finish(code === 0 ? "" : `the trainer exited with ${code}: ${tail}`);
+          else finish(`role ${definition.key} exited with ${code}: ${tail}`);
+          resolveReady();
+        });
       });
+      await Promise.race([ready, finished]);
     };
     const byRole = (role: string) => definitions.filter((d) => d.role === role);
+    // In the order the services need each other: the controller, then what registers with it or
+    // serves the policy, then the roles that use them.
     for (const definition of byRole("controller")) await start(definition);
-    await waitForHttp(`${controllerUrl}/api/list_workers`, finished);
-    for (const definition of [...byRole("env"), ...byRole("policy")]) await start(definition);
-    for (const pool of ["current", "stale"]) await waitForHttp(`${await policyUrl(pool)}/health`, finished);
-    for (const definition of [...byRole("trainer"), ...byRole("feeder"), ...byRole("rollout")]) await start(definition);
-    log(`started ${children.length - 1} role processes; waiting for ${config.trainer.maxSteps} trainer steps`);
-    const timeout = setTimeout(
-      () => finish(`timed out after ${(options.timeoutMs ?? 300_000) / 1000} s`),
-      options.timeoutMs ?? 300_000,
+    await Promise.all([...byRole("env"), ...byRole("policy")].map(start));
+    await Promise.all([...byRole("trainer"), ...byRole("feeder"), ...byRole("rollout")].map(start));
+    log(
+      `started ${running.size} roles as ${runner.kind === "process" ? "processes" : "containers"} (ready after ${Object.entries(
+        readySeconds,
+      )
+        .map(([key, seconds]) => `${key} ${seconds.toFixed(1)} s`)
+        .join(", ")}); waiting for ${config.trainer.maxSteps} trainer steps`,
     );
     failure = await finished;
     clearTimeout(timeout);
@@ -294,7 +326,7 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
     // so that the run ends settled and its grants for that are used (at most 30 s).
     if (!failure) await drained(sqs, `${config.transport.queuePrefix}-policy-events`, 30_000);
 
-    // 5. What the trainer published, read back as the admin.
+    // 6. What the trainer published and what was dead-lettered, read back as the admin.
     const listed = await s3.send(new ListObjectsV2Command({ Bucket: checkpointBucket, Prefix: "policies/" }));
     const versions = (listed.Contents ?? [])
       .map((object) => /^policies\/v(\d+)\/manifest\.json$/.exec(object.Key ?? "")?.[1])
@@ -306,6 +338,25 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
       failure = `the checkpoint bucket holds versions ${versions.join(", ")}, expected ${expected.join(", ")}`;
     if (!failure && denials.length > 0)
       failure = `denied: ${denials.map((d) => `${d.role} ${d.action} ${d.resource}`).join("; ")}`;
+    const deadLetters: Partial<Record<QueueName, readonly DeadLetter[]>> = {};
+    // A consumer dead-letters its poison on the last delivery; give a slow one a little time.
+    for (const deadline = Date.now() + 30_000; ; ) {
+      for (const queue of consumed) deadLetters[queue] = await adminQueue(queue).deadLetters(20);
+      const problems = consumed.flatMap((queue) => {
+        const problem = deadLetterProblem(
+          queue,
+          poisons[queue],
+          deadLetters[queue] ?? [],
+          config.transport.maxReceiveCount,
+        );
+        return problem ? [problem] : [];
+      });
+      if (problems.length === 0 || failure || Date.now() > deadline) {
+        if (!failure && problems.length > 0) failure = `failure paths: ${problems.join("; ")}`;
+        break;
+      }
+      await new Promise((r) => setTimeout(r, 500));
+    }
     const roleOfKey = new Map([...credentials].map(([roleKey, key]) => [key.accessKeyId, roleKey]));
     const authorized = existsSync(authorizationLog)
       ? parseAuthorizationLog(readFileSync(authorizationLog, "utf8"))
@@ -317,18 +368,39 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
     log(
       `moto authorized ${authorized.length} role requests; ${grants.length - unneeded.length} of ${grants.length} grants needed`,
     );
+    // The run is over: from here on, roles exit because they are stopped.
+    finish("");
+    const stopRole = async (definition: TaskRoleDefinition): Promise<RoleStop> => {
+      const child = running.get(definition);
+      if (!child) throw new Error(`role ${definition.key} is not running`);
+      const stopped = await runner.stop(definition, child);
+      stops[definition.key] = stopped;
+      return stopped;
+    };
+    if (!failure && options.beforeStop)
+      await options.beforeStop({ endpoint: moto.endpoint, admin, definitions, environmentOf, runner, stopRole });
+    // Every role still running stops as ECS stops a task.
+    await Promise.all(
+      [...running].map(async ([definition, child]) => {
+        if (child.exitCode === null && child.signalCode === null) await stopRole(definition);
+      }),
+    );
     return {
       passed: failure === "",
       failure,
       denials,
       versions,
+      deadLetters,
       unneededGrants: unneeded,
+      readySeconds,
+      stops,
       seconds: (Date.now() - started) / 1000,
     };
   } finally {
-    for (const child of children.reverse()) if (child.exitCode === null) child.kill("SIGTERM");
-    await new Promise((r) => setTimeout(r, 500));
-    for (const child of children) if (child.exitCode === null) child.kill("SIGKILL");
+    clearTimeout(timeout);
+    for (const child of running.values()) if (child.exitCode === null) child.kill("SIGKILL");
+    await runner.cleanup();
+    await moto.stop();
     for (const client of [cfn, iam, s3, sqs]) client.destroy();
   }
 }
@@ -380,37 +452,6 @@ function dropAction(
   return out;
 }
 
-/** The CDK bootstrap-version rule reads an SSM parameter that only `cdk bootstrap` creates; moto has none. */
-function withoutBootstrapCheck(template: CfnTemplate): Record<string, unknown> {
-  const {
-    Rules: _rules,
-    Parameters: parameters,
-    ...rest
-  } = template as CfnTemplate & {
-    Rules?: unknown;
-    Parameters?: Record<string, unknown>;
-  };
-  const { BootstrapVersion: _version, ...kept } = parameters ?? {};
-  return Object.keys(kept).length > 0 ? { ...rest, Parameters: kept } : rest;
-}
-
-async function waitForHttp(url: string, failed: Promise<string>): Promise<void> {
-  let failure: string | undefined;
-  void failed.then((reason) => {
-    failure = reason || "ended";
-  });
-  for (const deadline = Date.now() + 180_000; Date.now() < deadline; ) {
-    if (failure !== undefined) throw new Error(`while waiting for ${url}: ${failure}`);
-    try {
-      if ((await fetch(url)).status < 500) return;
-    } catch {
-      // not listening yet
-    }
-    await new Promise((r) => setTimeout(r, 250));
-  }
-  throw new Error(`${url} did not answer within 180 s`);
-}
-
 function runToEnd(
   args: readonly string[],
   env: NodeJS.ProcessEnv,
@@ -431,113 +472,4 @@ function runToEnd(
     });
     child.once("exit", (code) => resolveRun({ code, stdout, stderr }));
   });
-}
-
-/**
- * `python3 -m moto.server` that enforces IAM: after its three unauthenticated calls (create the
- * admin, attach its policy, make its key) every request must be signed by a user whose policies allow it.
- */
-async function startEnforcingMoto(authorizationLog: string): Promise<{ endpoint: string; child: ChildProcess }> {
-  const port = await freePort();
-  const endpoint = `http://127.0.0.1:${port}`;
-  const child = spawn("python3", ["-c", MOTO_SERVER_WITH_QUERY_FIX, String(port), authorizationLog], {
-    stdio: ["ignore", "ignore", "pipe"],
-  });
-  let stderr = "";
-  child.stderr?.on("data", (chunk: Buffer) => {
-    stderr = (stderr + chunk.toString()).slice(-2000);
-  });
-  for (const deadline = Date.now() + 60_000; ; ) {
-    if (child.exitCode !== null) throw new Error(`moto exited: ${stderr}`);
-    try {
-      if ((await fetch(`${endpoint}/moto-api/`)).status < 500) break;
-    } catch {
-      // not yet
-    }
-    if (Date.now() > deadline) throw new Error(`moto did not start: ${stderr}`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
-  const reset = await fetch(`${endpoint}/moto-api/reset-auth`, { method: "POST", body: String(ADMIN_SETUP_CALLS) });
-  if (!reset.ok) throw new Error(`moto reset-auth: ${reset.status}`);
-  return { endpoint, child };
-}
-
-const ADMIN_SETUP_CALLS = 3;
-
-/**
- * moto 5.2.1's server checks a signature against the URL as werkzeug hands it over, with `%2F`
- * in query values decoded to `/`, so every signed ListObjectsV2 with a prefix fails with
- * SignatureDoesNotMatch (in-process moto is not affected). This starts the same server with the
- * query re-encoded the way SigV4 canonicalizes it before the check. And moto authorizes
- * sqs:GetQueueUrl against '*' (it looks for a QueueUrl parameter, which that call does not have),
- * where AWS uses the named queue's ARN; the shim lets it find the queue by its QueueName. And
- * moto asks for sqs:SendMessageBatch (etc.) where AWS authorizes a batch as its single action.
- * And it appends every authorized request (access key, action, resource) to the file named by its
- * second argument, from which the rehearsal tells which grants were needed (grantUse.ts).
- * Nothing else changes.
- */
-const MOTO_SERVER_WITH_QUERY_FIX = `
-import sys
-from urllib.parse import quote, unquote
-from moto.iam import access_control
-original = access_control.IAMRequestBase._create_aws_request
-def _create_aws_request(self):
-    path, sep, query = self._path.partition("?")
-    if sep:
-        pairs = [pair.partition("=") for pair in query.split("&") if pair]
-        self._path = path + "?" + "&".join(
-            quote(unquote(k), safe="-_.~") + ("=" + quote(unquote(v), safe="-_.~") if eq else "")
-            for k, eq, v in pairs)
-    return original(self)
-access_control.IAMRequestBase._create_aws_request = _create_aws_request
-request_init = access_control.IAMRequestBase.__init__
-def __init__(self, *args, **kwargs):
-    request_init(self, *args, **kwargs)
-    if self._action.startswith("sqs:") and self._action.endswith("Batch"):
-        self._action = self._action[: -len("Batch")]
-access_control.IAMRequestBase.__init__ = __init__
-import json, threading
-authorized_log = open(sys.argv[2], "a", buffering=1)
-authorized_lock = threading.Lock()
-check_action_permitted = access_control.IAMRequestBase.check_action_permitted
-def check_and_log(self, resource):
-    check_action_permitted(self, resource)
-    key = self._get_string_between("Credential=", ",", self._headers["Authorization"]).split("/")[0]
-    with authorized_lock:
-        authorized_log.write(json.dumps({"accessKeyId": key, "action": self._action, "resource": resource}) + "\\n")
-access_control.IAMRequestBase.check_action_permitted = check_and_log
-from moto.sqs import responses as sqs_responses
-queue_name = sqs_responses.SQSResponse._get_queue_name
-def _get_queue_name(self):
-    named = self._get_param("QueueName")
-    return named if self._get_param("QueueUrl") is None and named else queue_name(self)
-sqs_responses.SQSResponse._get_queue_name = _get_queue_name
-from moto.server import main
-main(["-H", "127.0.0.1", "-p", sys.argv[1]])
-`;
-
-async function createAdmin(endpoint: string): Promise<{ accessKeyId: string; secretAccessKey: string }> {
-  // Unsigned-in-effect: these are the server's ADMIN_SETUP_CALLS free calls.
-  const iam = new IAMClient({
-    region: REGION,
-    endpoint,
-    credentials: { accessKeyId: "bootstrap", secretAccessKey: "bootstrap" },
-  });
-  try {
-    await iam.send(new CreateUserCommand({ UserName: "rehearsal-admin" }));
-    await iam.send(
-      new PutUserPolicyCommand({
-        UserName: "rehearsal-admin",
-        PolicyName: "admin",
-        PolicyDocument: JSON.stringify({
-          Version: "2012-10-17",
-          Statement: [{ Effect: "Allow", Action: "*", Resource: "*" }],
-        }),
-      }),
-    );
-    const key = (await iam.send(new CreateAccessKeyCommand({ UserName: "rehearsal-admin" }))).AccessKey;
-    return { accessKeyId: key?.AccessKeyId ?? "", secretAccessKey: key?.SecretAccessKey ?? "" };
-  } finally {
-    iam.destroy();
-  }
 }

@@ -133,8 +133,9 @@ describe("images", () => {
     };
     const imageOf = (role: string) =>
       role === "policy" || role === "trainer" ? "trainer-image/Dockerfile" : "functions/Dockerfile";
+    expect(parseDockerfile("trainer-image/Dockerfile").roles).toContain("sweep");
     const runs = await Promise.all([
-      runCmd(parseDockerfile("functions/Dockerfile").cmd, { AGENTRL_ROLE: "sweep", AGENTRL_SWEEP_JSON: sweep }, [
+      runCmd(parseDockerfile("trainer-image/Dockerfile").cmd, { AGENTRL_ROLE: "sweep", AGENTRL_SWEEP_JSON: sweep }, [
         "--",
         "--dry-run",
       ]),
@@ -156,12 +157,29 @@ describe("images", () => {
     });
   }, 120_000);
 
-  it("the controller and an env worker of every shipped task (all from the functions image) start and register", async () => {
+  it("the controller, an env worker of every shipped task and an env pool (all from the functions image) start without TF.js, and the workers register", async () => {
     const functions = parseDockerfile("functions/Dockerfile").cmd;
+    // Module resolution as in the functions image, which leaves TF.js out: a role that imported it would fail here.
+    const withoutTfjs = { NODE_OPTIONS: `--import ${join(REPOSITORY_ROOT, "test/support/withoutTfjs.mjs")}` };
+    const refused = await runProcess(
+      process.execPath,
+      ["-e", 'import("@tensorflow/tfjs").catch((e) => { console.log(e.code); })'],
+      {
+        cwd: REPOSITORY_ROOT,
+        env: withoutTfjs,
+      },
+    );
+    expect(refused.stdout.trim()).toBe("ERR_MODULE_NOT_FOUND");
     const controllerPort = await freePort();
     const line = await startCmd(
       functions,
-      { ...resources, AGENTRL_ROLE: "controller", AGENTRL_HOST: "127.0.0.1", AGENTRL_PORT: String(controllerPort) },
+      {
+        ...resources,
+        ...withoutTfjs,
+        AGENTRL_ROLE: "controller",
+        AGENTRL_HOST: "127.0.0.1",
+        AGENTRL_PORT: String(controllerPort),
+      },
       [],
       /"event":"listening"/,
     );
@@ -175,6 +193,7 @@ describe("images", () => {
           functions,
           {
             ...resources,
+            ...withoutTfjs,
             AGENTRL_CONFIG_JSON: JSON.stringify({ tasks: { mix: tasks.map((name) => ({ name })) } }),
             AGENTRL_ROLE: "env",
             AGENTRL_TASK: task,
@@ -194,6 +213,26 @@ describe("images", () => {
       await new Promise((r) => setTimeout(r, 200));
     }
     for (const task of tasks) expect(workers).toContain(`"${task}"`);
+    // An env pool with its ECS driver (launching needs a real ECS; starting does not).
+    const pool = await startCmd(
+      functions,
+      {
+        ...resources,
+        ...withoutTfjs,
+        AGENTRL_ROLE: "envpool",
+        AGENTRL_TASK: "example",
+        AGENTRL_CONTROLLER_URL: controllerUrl,
+        AGENTRL_ECS_CLUSTER: "agentrl",
+        AGENTRL_ENV_TASK_DEFINITION: "agentrl-env-example",
+        AGENTRL_ENV_SUBNETS: "subnet-1",
+        AGENTRL_ENV_SECURITY_GROUPS: "sg-1",
+        AGENTRL_AWS_ENDPOINT: "http://127.0.0.1:1",
+        AWS_REGION: "us-east-1",
+      },
+      [],
+      /"event":"started"/,
+    );
+    expect(JSON.parse(pool)).toMatchObject({ role: "envpool", task: "example", driver: "ecs" });
   }, 180_000);
 });
 
@@ -215,6 +254,11 @@ describe("which images the app builds (issue 25: one image for every task)", () 
       "trainer-image/Dockerfile",
       "env-images/sim/Dockerfile",
     ]);
+    // A sweep asks for the trainer's CPU variant: one more build of the same Dockerfile, made once.
+    expect(images.trainerCpu).toBe(images.trainerCpu);
+    expect(images.trainerCpu).not.toBe(images.trainer);
+    expect(images.builds.at(-1)).toEqual({ file: "trainer-image/Dockerfile", buildArgs: { TFJS_BACKEND: "wasm" } });
+    expect(images.builds).toHaveLength(4);
   });
 
   it("the shipped tasks need no image of their own, and the build context leaves out what images must not hold", async () => {

@@ -18,7 +18,6 @@ import {
 import { DefaultStackSynthesizer } from "aws-cdk-lib";
 import { Template } from "aws-cdk-lib/assertions";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { s3Uploader } from "../../functions/sweep/run.ts";
 import { messagingPropsFor } from "../../infra/agentRlApp.ts";
 import { MessagingStack } from "../../infra/stacks/messagingStack.ts";
 import { StoresStack } from "../../infra/stacks/storesStack.ts";
@@ -26,6 +25,7 @@ import { parseConfig } from "../../shared/config/index.ts";
 import { expandGrid, parseSweepSpec } from "../../shared/config/sweep.ts";
 import { parseJsonOrThrow } from "../../shared/errors.ts";
 import { RolloutRequest } from "../../shared/protocol/messages.ts";
+import { s3Uploader } from "../../trainer-image/sweep/run.ts";
 import { type MotoServer, startMoto } from "../support/moto.ts";
 import { tempDir } from "../support/tmp.ts";
 import { testApp } from "./synth.ts";

@@ -18,10 +18,27 @@ describe("deploy rehearsal under enforced IAM", () => {
     expect(result.failure).toBe("");
     expect(result.denials).toEqual([]);
     expect(result.versions).toEqual([0, 1, 2]);
+    // Each consumer failed its poison message to the queue's DLQ with the reason, after
+    // maxReceiveCount deliveries (handed back with ChangeMessageVisibility before), and went on.
+    expect(Object.keys(result.deadLetters).sort()).toEqual(["policy-events", "rollout-requests", "trajectories"]);
+    expect(result.deadLetters.trajectories?.map((l) => [l.receiveCount, l.reason])).toEqual([
+      [5, expect.stringMatching(/invalid TrajectoryReady: key: invalid object key "\.\.\/\.\.\/etc\/passwd"/)],
+    ]);
+    expect(result.deadLetters["rollout-requests"]?.[0]?.reason).toMatch(/invalid RolloutRequest: index/);
+    expect(result.deadLetters["policy-events"]?.[0]?.reason).toMatch(/not a PolicyPublished event/);
     // Every grant was the only one permitting some request of the run (dropping it fails the run),
-    // or serves a failure path the run did not meet, for a stated reason.
-    expect(result.unneededGrants.filter((g) => g.reason === undefined)).toEqual([]);
-    expect(result.unneededGrants.length).toBeLessThan(30);
+    // dead-letter and visibility grants included, but for one: the trainer reads only trajectories
+    // that exist, so its ListBucket on that bucket (S3's 404 for a missing key) stays unused.
+    expect(result.unneededGrants.map((g) => [g.role, g.action])).toEqual([["trainer", "s3:ListBucket"]]);
+    expect(result.unneededGrants[0]?.resource).toMatch(/^arn:aws:s3:::agentrlstores-storestrajectories/);
+    // Every role but the trainer (which exits by itself) was still running and stopped on SIGTERM.
+    expect(Object.keys(result.stops).sort()).toEqual(
+      ["controller", "env:db", "feeder", "policy:current", "policy:stale", "rollout"].sort(),
+    );
+    for (const [key, stop] of Object.entries(result.stops)) {
+      expect(stop.exitCode, key).toBe(0);
+      expect(stop.seconds, key).toBeLessThan(stop.limitSeconds);
+    }
     expect(result.passed).toBe(true);
   }, 400_000);
 
@@ -37,5 +54,20 @@ describe("deploy rehearsal under enforced IAM", () => {
       /^arn:aws:s3:::agentrlstores-storestrajectories[a-z0-9-]+\/feeder\/rehearsal\/cursor\.json$/,
     );
     expect(result.failure).toMatch(/role feeder was denied s3:PutObject on arn:aws:s3:::.*\/feeder\//);
+  }, 400_000);
+
+  it("fails naming the dead-letter queue when a consumer may not dead-letter its poison message", async () => {
+    const result = await rehearse({
+      templates: templates ?? synthesizeForRehearsal(),
+      dropGrant: { roleKey: "rollout", action: "sqs:SendMessage", resource: /-rollout-requests-dlq$/ },
+      log: () => {},
+    });
+    expect(result.passed).toBe(false);
+    expect(result.denials[0]).toEqual({
+      role: "rollout",
+      action: "sqs:SendMessage",
+      resource: "arn:aws:sqs:us-east-1:123456789012:rehearsal-rollout-requests-dlq",
+    });
+    expect(result.failure).toMatch(/role rollout was denied sqs:SendMessage on .*rehearsal-rollout-requests-dlq/);
   }, 400_000);
 });

@@ -22,6 +22,7 @@ type Resource = {
   UpdateReplacePolicy?: string;
 };
 type ContainerDefinition = {
+  Image?: unknown;
   Environment?: Array<{ Name: string; Value: unknown }>;
   ResourceRequirements?: Array<{ Type: string; Value: string }>;
   Command?: string[];
@@ -423,5 +424,17 @@ describe("sweep stack", () => {
       true,
     );
     expect(statements.flatMap((s) => s.resources).every((r) => r.includes("/sweeps/lr/*"))).toBe(true);
+  });
+
+  it("runs the sweep on an image of its own: the trainer's CPU variant, neither the functions nor the GPU image", () => {
+    const imageOf = (template: Template, role: string) => {
+      const image = taskDefinitionsByRole(template).get(role)?.container.Image;
+      if (image === undefined) throw new Error(`no image for ${role}`);
+      return JSON.stringify(image);
+    };
+    const sweepImage = imageOf(templates.sweeps, "sweep");
+    expect(sweepImage).not.toBe(imageOf(templates.compute, "controller"));
+    expect(sweepImage).not.toBe(imageOf(templates.compute, "trainer"));
+    expect(imageOf(templates.compute, "policy:current")).toBe(imageOf(templates.compute, "trainer"));
   });
 });

@@ -1,9 +1,9 @@
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { type ExperimentRunner, runSweep } from "../../functions/sweep/run.ts";
 import { expandGrid, loadSweepSpec, parseSweepSpec, type SweepSpecInput } from "../../shared/config/sweep.ts";
 import { ValidationError } from "../../shared/errors.ts";
+import { type ExperimentRunner, runSweep } from "../../trainer-image/sweep/run.ts";
 import { agentrl } from "../support/cli.ts";
 import { tempDir } from "../support/tmp.ts";
 import { REPOSITORY_ROOT } from "./synth.ts";

@@ -1,4 +1,5 @@
-import { type ContainerEngine, exec } from "../../infra/images/engine.ts";
+/** Running containers of the built images: start, wait for a log line or the exit, stop as ECS does, remove. */
+import { type ContainerEngine, exec } from "./engine.ts";
 
 /** How one container runs: image, environment, and where it sits on the network. */
 export interface ContainerSpec {
@@ -17,7 +18,8 @@ export interface ContainerSpec {
   readonly volumes?: readonly string[];
 }
 
-function runArgs(engine: ContainerEngine, spec: ContainerSpec): string[] {
+/** The `run` arguments of `spec` (without `run` itself and without `-d` or `--rm`). */
+export function runArgs(engine: ContainerEngine, spec: ContainerSpec): string[] {
   return [
     ...engine.commonFlags,
     "--name",
