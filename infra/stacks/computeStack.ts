@@ -7,7 +7,7 @@ import { NagSuppressions } from "cdk-nag";
 import type { Construct } from "constructs";
 import type { ContainerEnvInputOf } from "../../shared/config/containerEnv.ts";
 import type { ExperimentConfig } from "../../shared/config/index.ts";
-import { ROLE_ACCESS } from "../../shared/config/roleAccess.ts";
+import { accessFeaturesOf, forFeatures, ROLE_ACCESS } from "../../shared/config/roleAccess.ts";
 import { AgentCluster } from "../constructs/cluster.ts";
 import { RoleImages } from "../constructs/images.ts";
 import type { QueueWithDlq } from "../constructs/messaging.ts";
@@ -255,6 +255,7 @@ export class ComputeStack extends Stack {
     this.policyServers.current.allowFrom(this.rollout);
     this.policyServers.stale.allowFrom(this.rollout);
 
+    const features = accessFeaturesOf(config);
     for (const service of [
       this.controller,
       ...envWorkers.values(),
@@ -265,7 +266,7 @@ export class ComputeStack extends Stack {
       this.feeder,
       this.rollout,
     ]) {
-      grantRoleAccess(service.taskRole, ROLE_ACCESS[service.role], targets);
+      grantRoleAccess(service.taskRole, forFeatures(ROLE_ACCESS[service.role], features), targets);
       service.acknowledgeGrantWildcards();
     }
   }

@@ -21,12 +21,21 @@ export type QueueUse = "consume" | "produce" | "depth";
 /** read: get, head and list; write: put and put-if-absent. No role deletes objects. */
 export type StoreUse = "read" | "write";
 
+/**
+ * A part of the table only some experiments use. Code may touch it whenever its experiment enables
+ * it; infra grants it only then ({@link accessFeaturesOf}), so a deployment that does not use it
+ * holds no grant for it.
+ */
+export type AccessFeature = "engineSync";
+
 /** One store prefix a role may touch. */
 export interface StoreAccess {
   readonly store: StoreName;
   /** Key prefix, ending in '/'. */
   readonly prefix: string;
   readonly use: readonly StoreUse[];
+  /** Only for experiments that use this feature. */
+  readonly feature?: AccessFeature;
 }
 
 /** One row of the table. */
@@ -75,7 +84,7 @@ export const ROLE_ACCESS: Readonly<Record<ContainerRole, RoleAccess>> = {
       { store: "trajectories", prefix: KEY_PREFIXES.stepRecords, use: ["write"] },
       { store: "checkpoints", prefix: KEY_PREFIXES.policies, use: ["read", "write"] },
       // read: a restarted syncer continues the record's seq, never reusing one
-      { store: "checkpoints", prefix: KEY_PREFIXES.engines, use: ["read", "write"] },
+      { store: "checkpoints", prefix: KEY_PREFIXES.engines, use: ["read", "write"], feature: "engineSync" },
     ],
   },
   feeder: {
@@ -91,7 +100,7 @@ export const ROLE_ACCESS: Readonly<Record<ContainerRole, RoleAccess>> = {
       // the chat codec comes from the newest version's tokenizer.json
       { store: "checkpoints", prefix: KEY_PREFIXES.policies, use: ["read"] },
       // rollout.versionSource sync: a synced engine's record labels its answers
-      { store: "checkpoints", prefix: KEY_PREFIXES.engines, use: ["read"] },
+      { store: "checkpoints", prefix: KEY_PREFIXES.engines, use: ["read"], feature: "engineSync" },
     ],
   },
   sweep: {
@@ -99,6 +108,27 @@ export const ROLE_ACCESS: Readonly<Record<ContainerRole, RoleAccess>> = {
     stores: [{ store: "checkpoints", prefix: KEY_PREFIXES.sweeps, use: ["write"] }],
   },
 };
+
+/**
+ * The features an experiment uses: `engineSync` when the trainer syncs external engines
+ * (policy.syncEngines) or a rollout pool is labelled by their records (rollout.versionSource sync).
+ */
+export function accessFeaturesOf(config: {
+  readonly policy: { readonly syncEngines: readonly unknown[] };
+  readonly rollout: { readonly versionSource: string };
+}): ReadonlySet<AccessFeature> {
+  const features = new Set<AccessFeature>();
+  if (config.policy.syncEngines.length > 0 || config.rollout.versionSource === "sync") features.add("engineSync");
+  return features;
+}
+
+/** `access` without the rows of features the experiment does not use: what infra grants. */
+export function forFeatures(access: RoleAccess, features: ReadonlySet<AccessFeature>): RoleAccess {
+  return {
+    queues: access.queues,
+    stores: access.stores.filter((grant) => grant.feature === undefined || features.has(grant.feature)),
+  };
+}
 
 /** IAM actions on the main queue, per use. */
 export const QUEUE_ACTIONS: Readonly<Record<QueueUse, readonly string[]>> = {

@@ -11,7 +11,7 @@ import {
 } from "../../infra/rehearse/template.ts";
 import { ContainerEnv, type ContainerRole } from "../../shared/config/containerEnv.ts";
 import { parseConfig, TASK_NAMES } from "../../shared/config/index.ts";
-import { permissionsOf, ROLE_ACCESS } from "../../shared/config/roleAccess.ts";
+import { accessFeaturesOf, forFeatures, permissionsOf, ROLE_ACCESS } from "../../shared/config/roleAccess.ts";
 import { parseSweepSpec, SweepSpec } from "../../shared/config/sweep.ts";
 import { type CollectingNagLogger, synthAgentRl } from "./synth.ts";
 
@@ -299,6 +299,28 @@ describe("compute stack", () => {
     expect(Object.values(parameters).some((p) => p.Default?.includes("amazon-linux-2/gpu/recommended"))).toBe(true);
   });
 
+  it("grants engines/ (synced engines' records) only to an experiment that syncs engines", () => {
+    const enginesGrants = (template: Template) =>
+      ["trainer", "rollout"].map((role) => {
+        const id = taskDefinitionsByRole(template).get(role)?.id ?? "";
+        return taskRoleStatements(template, id)
+          .filter((statement) => statement.resources.some((resource) => resource.includes("/engines/")))
+          .flatMap((statement) => statement.actions)
+          .sort();
+      });
+    expect(enginesGrants(templates.compute)).toEqual([[], []]);
+    const syncing = synthAgentRl({
+      config: {
+        policy: {
+          exportHf: true,
+          syncEngines: [{ id: "vllm-a", url: "http://vllm:8000", dialect: "vllm", modelDir: "/mnt/model" }],
+        },
+        rollout: { versionSource: "sync", syncEngine: "vllm-a" },
+      },
+    });
+    expect(enginesGrants(syncing.templates.compute)).toEqual([["s3:GetObject", "s3:PutObject"], ["s3:GetObject"]]);
+  }, 240_000);
+
   it("grants each role exactly its row of the role-access table, prefix-scoped, never on '*'", () => {
     // Symbolic names for what the compute stack imports: queue:<name>, dlq:<name>, bucket:<store>.
     const queueNames = new Map(
@@ -353,9 +375,9 @@ describe("compute stack", () => {
             granted.add(`${action} ${symbolic}`);
           }
       }
-      const expected = permissionsOf(ROLE_ACCESS[definition.role as ContainerRole]).map(
-        (p) => `${p.action} ${p.resource}`,
-      );
+      const expected = permissionsOf(
+        forFeatures(ROLE_ACCESS[definition.role as ContainerRole], accessFeaturesOf(config)),
+      ).map((p) => `${p.action} ${p.resource}`);
       expect([...granted].sort(), definition.key).toEqual(expected.sort());
     }
     // Today's fixes, spelled out: the feeder keeps its cursor in the trajectory bucket; the rollout
