@@ -11,8 +11,9 @@
  * requests are non-final interacts, a sixth starts sessions and a sixth ends them, and never
  * fewer than `--sessions` sessions are open.
  *
- * Per rate: achieved throughput, p50/p99, and the CPU time of the controller process per request
- * (process.cpuUsage() read over IPC before and after the phase), of the workers and the clients.
+ * Per rate: achieved throughput, p50/p99, and the CPU time of the controller process per answered
+ * request (process.cpuUsage() read over IPC before and after the phase), of the workers and the
+ * clients.
  * The rates 250, 500, 1000, 2000 req/s always run, with 1500 in between; past 2000 the rate
  * climbs until the controller no longer keeps up. A rate is kept up when the achieved throughput
  * is at least 95% of the offered rate, under 1% of requests fail and p99 stays under
@@ -21,6 +22,10 @@
  * The example task's tools are instant, so the figures are the controller path plus the worker's
  * own HTTP handling. Clients, workers and controller share the machine's cores: on a small or
  * busy machine the saturation rate is the machine's, not the controller's (see the CPU columns).
+ *
+ * The controller's event loop is one thread, so 1000 / (its CPU ms per request) is the rate one
+ * core could carry if the controller had it to itself: `controllerCeilingReqPerS`, the figure to
+ * read beside the saturation rate on a shared machine.
  *
  * The last line is one JSON object: {p99MsAt1000, saturationReqPerS, sessionsHeld, ...}.
  *
@@ -445,7 +450,10 @@ async function runPhase(
   const failed = due - ok;
   const windowS = Math.max(...results.map((r) => r.windowMs)) / 1000;
   const achieved = ok / windowS;
-  const perReq = (i: number) => ((after[i] ?? 0) - (before[i] ?? 0)) / Math.max(1, ok);
+  // Per answered request (errors included): a request that was never sent or never answered
+  // cost the controller little, one that failed cost it as much as one that succeeded.
+  const answered = sum(results.map((r) => r.due - r.skipped - r.unfinished));
+  const perReq = (i: number) => ((after[i] ?? 0) - (before[i] ?? 0)) / Math.max(1, answered);
   const p99 = percentile(latencies, 99);
   for (const r of results) {
     const extra = r.skipped || r.unfinished ? ` (${r.skipped} slots busy, ${r.unfinished} unfinished)` : "";
@@ -534,7 +542,7 @@ async function main(options: Options): Promise<void> {
   const header =
     "  rate achieved      ok failed  p50(ms)  p99(ms) ctl ms/req ctl cores wrk ms/req cli ms/req  load1 kept up";
   process.stdout.write(
-    `\nopen loop, ${options["phase-s"]} s per rate; latency from when each request was due; CPU per successful request\n${header}\n`,
+    `\nopen loop, ${options["phase-s"]} s per rate; latency from when each request was due; CPU per answered request\n${header}\n`,
   );
   const rows: Row[] = [];
   let minHeld = heldAfterOpen;
@@ -556,9 +564,12 @@ async function main(options: Options): Promise<void> {
     saturation = row.rate;
   }
   const at1000 = rows.find((r) => r.rate === 1000);
+  // What one core would carry if the controller had it to itself (its event loop is one thread):
+  // the bound its own CPU cost sets, whatever the machine's other processes take.
+  const ceiling = at1000 ? 1000 / at1000.controllerMsPerReq : Number.NaN;
   process.stdout.write(
     `\nsaturation (highest rate kept up, every lower one too): ${saturation} req/s; sessions held at least ${minHeld}; ` +
-      `p99 bound ${options["p99-bound-ms"]} ms; total ${((performance.now() - t0) / 1000).toFixed(0)} s; load average ${load()}\n`,
+      `p99 bound ${options["p99-bound-ms"]} ms; the controller's CPU at 1000 req/s bounds one core to ${ceiling.toFixed(0)} req/s; total ${((performance.now() - t0) / 1000).toFixed(0)} s; load average ${load()}\n`,
   );
   // Clients and workers first, so that no heartbeat complains about the stopped controller.
   stopChildren([...clients, ...workers]);
@@ -572,6 +583,7 @@ async function main(options: Options): Promise<void> {
       sessionsHeld: minHeld,
       p50MsAt1000: round(at1000?.p50),
       controllerCpuMsPerReqAt1000: round(at1000?.controllerMsPerReq, 3),
+      controllerCeilingReqPerS: round(ceiling, 0),
       loadAverage1: round(loadavg()[0]),
       cores: cpus().length,
     })}\n`,
