@@ -2,7 +2,7 @@ import type { Context, Hono } from "hono";
 import type { z } from "zod";
 import type { HttpLimitsConfig } from "../../shared/config/limits.ts";
 import { parseJsonOrThrow, ValidationError } from "../../shared/errors.ts";
-import { createApp, readJson } from "../../shared/http.ts";
+import { bodyText, createApp, readJson } from "../../shared/http.ts";
 import type { Logger } from "../../shared/log.ts";
 import {
   CalculateOverall,
@@ -77,7 +77,7 @@ export function controllerApp(api: ControllerApi, options: ControllerAppOptions)
     );
   });
   app.post("/api/cancel", async (c) => {
-    const text = await c.req.text();
+    const text = await bodyText(c);
     const body = text.trim() ? parseJsonOrThrow(ControllerCancel, text, "cancel body") : {};
     const header = c.req.header(SESSION_ID_HEADER);
     const sessionId = header !== undefined ? sessionIdFrom(c) : body.session_id;
