@@ -16,7 +16,8 @@ import {
 } from "../../shared/protocol/openai.ts";
 import { requireBearer } from "../../shared/security/bearer.ts";
 import type { Pool } from "./follower.ts";
-import { BatchScheduler, GenerationError, type GenerationResult } from "./scheduler.ts";
+import { BatchScheduler, GenerationError, type GenerationResult, type Generator } from "./scheduler.ts";
+import { canRunInWorker, ThreadedScheduler } from "./threaded.ts";
 
 export interface PolicyServerOptions {
   /** The version served first; later versions arrive through `install`. */
@@ -34,12 +35,19 @@ export interface PolicyServerOptions {
   readonly apiKey?: string;
   /** HTTP limits, queued-sequence cap and per-request deadline. @default the `limits` config defaults */
   readonly limits?: LimitsConfig;
+  /**
+   * Where prefill and decode run: `worker` (a worker thread, so HTTP is answered while a step runs)
+   * or `main` (this thread, yielding between steps). The worker needs a policy built by
+   * shared/model, whose weights it is handed.
+   * @default "worker" for such policies, "main" for others (test doubles that live in this thread)
+   */
+  readonly decodeThread?: "worker" | "main";
 }
 
 /** A policy server: the HTTP app plus the scheduler and the hook that swaps weights. */
 export interface PolicyServer {
   readonly app: Hono;
-  readonly scheduler: BatchScheduler;
+  readonly scheduler: Generator;
   /** Version currently served. */
   version(): number;
   /** Switches to `policy` between decode steps, then frees the previous policy. */
@@ -63,8 +71,13 @@ export function createPolicyServer(options: PolicyServerOptions): PolicyServer {
   const modelName = options.modelName ?? `agentrl-${pool}`;
   const { contextLength, vocabSize } = options.policy.config;
   let current = options.policy;
-  const decoder = current.createDecoder(options.maxBatch);
-  const scheduler = new BatchScheduler(decoder, { stopTokenIds: codec.stopTokenIds, contextLength, log });
+  const decodeThread = options.decodeThread ?? (canRunInWorker(current) ? "worker" : "main");
+  const schedulerOptions = { stopTokenIds: codec.stopTokenIds, contextLength, log };
+  // The worker builds its own decoder from the weights; this thread keeps `current` to restart it from.
+  const decoder = decodeThread === "main" ? current.createDecoder(options.maxBatch) : undefined;
+  const scheduler: Generator = decoder
+    ? new BatchScheduler(decoder, schedulerOptions)
+    : new ThreadedScheduler(current, { ...schedulerOptions, capacity: options.maxBatch });
   const startedAt = Math.floor(Date.now() / 1000);
 
   const limits = options.limits ?? LimitsConfig.parse({});
@@ -264,7 +277,7 @@ export function createPolicyServer(options: PolicyServerOptions): PolicyServer {
     install,
     async close(): Promise<void> {
       await scheduler.stop();
-      decoder.dispose();
+      decoder?.dispose();
       current.dispose();
     },
   };
@@ -287,6 +300,6 @@ function longestTokenBytes(codec: ChatCodec): number {
   return longest;
 }
 
-function pick(stats: ReturnType<BatchScheduler["stats"]>): { active: number; queued: number } {
+function pick(stats: ReturnType<Generator["stats"]>): { active: number; queued: number } {
   return { active: stats.active, queued: stats.queued };
 }
