@@ -48,6 +48,8 @@ export interface PolicyServerOptions {
 export interface PolicyServer {
   readonly app: Hono;
   readonly scheduler: Generator;
+  /** Resolves when the decode loop takes requests (the worker has its backend and weights); rejects if it cannot start. */
+  readonly ready: Promise<void>;
   /** Version currently served. */
   version(): number;
   /** Switches to `policy` between decode steps, then frees the previous policy. */
@@ -273,6 +275,7 @@ export function createPolicyServer(options: PolicyServerOptions): PolicyServer {
   return {
     app,
     scheduler,
+    ready: scheduler instanceof ThreadedScheduler ? scheduler.ready : Promise.resolve(),
     version: () => scheduler.policyVersion,
     install,
     async close(): Promise<void> {

@@ -133,6 +133,13 @@ export async function servePolicy(options: ServePolicyOptions): Promise<RunningP
     ...(options.apiKey ? { apiKey: options.apiKey } : {}),
   });
 
+  try {
+    await server.ready;
+  } catch (error) {
+    await server.close();
+    throw new PolicyServerStartError(`the decode worker did not start: ${(error as Error).message}`, { cause: error });
+  }
+
   const source: PolicySource = {
     newestVersion: () => newestVersion(store),
     load: async (version) => (await loadCheckpoint(store, version)).policy,
