@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ChatCodec } from "../../shared/chat/index.ts";
 import { createLogger } from "../../shared/log.ts";
-import { createPolicy, initBackend } from "../../shared/model/index.ts";
+import { createPolicy, initBackend, TransformerPolicy } from "../../shared/model/index.ts";
 import { createPolicyServer } from "../../trainer-image/policy-server/app.ts";
 import type { Generator, SchedulerStats } from "../../trainer-image/policy-server/scheduler.ts";
 import { ThreadedScheduler } from "../../trainer-image/policy-server/threaded.ts";
@@ -117,6 +117,27 @@ describe("decoding in a worker thread (ThreadedScheduler)", () => {
     ).rejects.toThrow(/not restarting/);
     expect(scheduler.workerStarts).toBe(2);
     policy.dispose();
+  });
+});
+
+describe("a decode worker that cannot start", () => {
+  it("rejects `ready` and every request with the reason, instead of hanging", async () => {
+    // Weights that do not fit the config: the worker's TransformerPolicy refuses them.
+    class Truncated extends TransformerPolicy {
+      override values(): Map<string, Float32Array> {
+        const values = super.values();
+        values.delete("final_norm");
+        return values;
+      }
+    }
+    const base = createPolicy(LONG, 8);
+    const policy = new Truncated(base.config, base.values(), 0, { trainable: false });
+    const scheduler = threaded(policy);
+    await expect(scheduler.ready).rejects.toThrow(/final_norm/);
+    await expect(
+      scheduler.generate({ prompt: [1, 2], maxTokens: 2, temperature: 1, topP: 1, seed: 1 }),
+    ).rejects.toThrow(/could not start.*final_norm/);
+    for (const p of [base, policy]) p.dispose();
   });
 });
 

@@ -61,6 +61,12 @@ function postStatsIfChanged(): void {
 }
 
 async function handle(message: ToWorker): Promise<void> {
+  if (message.type !== "init" && message.type !== "stop" && message.type !== "abort" && !scheduler) {
+    // init failed (the HTTP thread was told): answer instead of throwing in this thread.
+    const reply = { id: message.id, message: "the decode worker did not start" };
+    post(message.type === "switch" ? { type: "switchFailed", ...reply } : { type: "failed", ...reply });
+    return;
+  }
   switch (message.type) {
     case "init": {
       try {

@@ -252,7 +252,7 @@ export class ThreadedScheduler implements Generator {
   }
 
   private receive(message: FromWorker): void {
-    if ("stats" in message) this.latest = message.stats;
+    if ("stats" in message && message.stats) this.latest = message.stats;
     switch (message.type) {
       case "result":
       case "failed": {

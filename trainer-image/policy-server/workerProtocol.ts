@@ -78,9 +78,10 @@ export const FromWorker = z.discriminatedUnion("type", [
   z.object({ type: z.literal("initFailed"), message: z.string() }),
   z.object({ type: z.literal("stats"), stats: StatsMessage }),
   z.object({ type: z.literal("result"), id: count, result: ResultMessage, stats: StatsMessage }),
-  z.object({ type: z.literal("failed"), id: count, message: z.string(), stats: StatsMessage }),
+  // No counters when the worker has no scheduler (its init failed).
+  z.object({ type: z.literal("failed"), id: count, message: z.string(), stats: StatsMessage.optional() }),
   z.object({ type: z.literal("switched"), id: count, previous: z.number().int(), stats: StatsMessage }),
-  z.object({ type: z.literal("switchFailed"), id: count, message: z.string(), stats: StatsMessage }),
+  z.object({ type: z.literal("switchFailed"), id: count, message: z.string(), stats: StatsMessage.optional() }),
   /** One JSON log line of the worker's logger, re-emitted by the HTTP thread's logger. */
   z.object({ type: z.literal("log"), line: z.string() }),
   z.object({ type: z.literal("stopped") }),
