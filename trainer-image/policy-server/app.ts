@@ -5,6 +5,7 @@ import { LimitsConfig } from "../../shared/config/limits.ts";
 import { ValidationError } from "../../shared/errors.ts";
 import { createApp, HttpError, readJson } from "../../shared/http.ts";
 import type { Logger } from "../../shared/log.ts";
+import { backendInfo } from "../../shared/model/backend.ts";
 import type { InferencePolicy } from "../../shared/model/types.ts";
 import {
   type ChatCompletionChoice,
@@ -39,7 +40,8 @@ export interface PolicyServerOptions {
    * Where prefill and decode run: `worker` (a worker thread, so HTTP is answered while a step runs)
    * or `main` (this thread, yielding between steps). The worker needs a policy built by
    * shared/model, whose weights it is handed.
-   * @default "worker" for such policies, "main" for others (test doubles that live in this thread)
+   * @default "worker" for such policies on the wasm and cpu backends; "main" on native TF
+   * (tfjs-node, untested in a worker) and for other policies (test doubles that live in this thread)
    */
   readonly decodeThread?: "worker" | "main";
 }
@@ -73,7 +75,10 @@ export function createPolicyServer(options: PolicyServerOptions): PolicyServer {
   const modelName = options.modelName ?? `agentrl-${pool}`;
   const { contextLength, vocabSize } = options.policy.config;
   let current = options.policy;
-  const decodeThread = options.decodeThread ?? (canRunInWorker(current) ? "worker" : "main");
+  // Native TF (tfjs-node/-gpu) in a second thread is untested here, and on a GPU a second context
+  // would hold a second copy of the weights: those backends keep decoding in this thread by default.
+  const workerByDefault = canRunInWorker(current) && backendInfo()?.name !== "tensorflow";
+  const decodeThread = options.decodeThread ?? (workerByDefault ? "worker" : "main");
   const schedulerOptions = { stopTokenIds: codec.stopTokenIds, contextLength, log };
   // The worker builds its own decoder from the weights; this thread keeps `current` to restart it from.
   const decoder = decodeThread === "main" ? current.createDecoder(options.maxBatch) : undefined;
