@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ChatCodec } from "../../shared/chat/index.ts";
+import { LimitsConfig } from "../../shared/config/limits.ts";
 import { createLogger } from "../../shared/log.ts";
 import { createPolicy, initBackend, TransformerPolicy } from "../../shared/model/index.ts";
 import { createPolicyServer } from "../../trainer-image/policy-server/app.ts";
@@ -11,8 +12,11 @@ beforeAll(async () => {
   await initBackend("wasm");
 });
 
-/** Room for long generations, so a switch surely falls inside them however fast the worker runs. */
-const LONG = { ...SMALL, contextLength: 256 };
+/**
+ * The default model's size (d=128, 4 layers) with a small vocabulary: steps of milliseconds, so a
+ * switch, an abort or a kill surely falls inside a long generation however fast the machine is.
+ */
+const DEFAULT_SIZED = { ...SMALL, dModel: 128, heads: 4, kvHeads: 2, ffnHidden: 384, layers: 4, contextLength: 2048 };
 const stopped: Generator[] = [];
 afterAll(async () => {
   for (const scheduler of stopped.splice(0)) await scheduler.stop();
@@ -40,8 +44,8 @@ async function until(condition: (stats: SchedulerStats) => boolean, scheduler: G
 
 describe("decoding in a worker thread (ThreadedScheduler)", () => {
   it("records for every token the version whose weights produced it across a switch", async () => {
-    const v0 = createPolicy(LONG, 1, { version: 0 });
-    const v1 = createPolicy(LONG, 2, { version: 1 });
+    const v0 = createPolicy(DEFAULT_SIZED, 1, { version: 0 });
+    const v1 = createPolicy(DEFAULT_SIZED, 2, { version: 1 });
     const scheduler = threaded(v0);
     const prompts = [tokens(6, 1), tokens(9, 2), tokens(4, 3)].map((p) => [...p]);
     const temperature = 0.9;
@@ -72,7 +76,7 @@ describe("decoding in a worker thread (ThreadedScheduler)", () => {
     });
     expect(checked).toBe(3 * 200);
     // Another architecture is refused and the server keeps serving v1.
-    const other = createPolicy({ ...LONG, layers: 3 }, 3, { version: 2 });
+    const other = createPolicy({ ...DEFAULT_SIZED, layers: 3 }, 3, { version: 2 });
     await expect(scheduler.switchPolicy(other)).rejects.toThrow(/config.layers differs/);
     const after = await scheduler.generate({ prompt: [1, 2, 3], maxTokens: 3, temperature, topP: 1, seed: 1 });
     expect(after.versions).toEqual([1, 1, 1]);
@@ -80,11 +84,11 @@ describe("decoding in a worker thread (ThreadedScheduler)", () => {
   });
 
   it("an abort reaches the worker: the slot is freed long before max_tokens", async () => {
-    const policy = createPolicy(LONG, 4);
+    const policy = createPolicy(DEFAULT_SIZED, 4);
     const scheduler = threaded(policy);
     const controller = new AbortController();
     const pending = scheduler
-      .generate({ prompt: [5, 6, 7], maxTokens: 250, temperature: 1, topP: 1, seed: 3, signal: controller.signal })
+      .generate({ prompt: [5, 6, 7], maxTokens: 2000, temperature: 1, topP: 1, seed: 3, signal: controller.signal })
       .catch((error: unknown) => error);
     await until((s) => s.active === 1 && s.generatedTokens >= 2, scheduler);
     controller.abort();
@@ -92,16 +96,16 @@ describe("decoding in a worker thread (ThreadedScheduler)", () => {
     // The worker reports the sequence failed (dropped by its loop), not completed.
     await until((s) => s.failed === 1 && s.active === 0, scheduler);
     expect(scheduler.stats().completed).toBe(0);
-    expect(scheduler.stats().generatedTokens).toBeLessThan(250);
+    expect(scheduler.stats().generatedTokens).toBeLessThan(2000);
     policy.dispose();
   });
 
   it("a worker that dies fails its requests, is restarted from the installed weights, and gives up after maxRestarts", async () => {
-    const policy = createPolicy(LONG, 5, { version: 7 });
+    const policy = createPolicy(DEFAULT_SIZED, 5, { version: 7 });
     const scheduler = threaded(policy, 2, { maxRestarts: 1 });
     await scheduler.ready;
     const lost = scheduler
-      .generate({ prompt: [1, 2], maxTokens: 250, temperature: 1, topP: 1, seed: 1 })
+      .generate({ prompt: [1, 2], maxTokens: 2000, temperature: 1, topP: 1, seed: 1 })
       .catch((error: unknown) => error);
     await until((s) => s.active === 1, scheduler);
     await scheduler.killWorker();
@@ -130,7 +134,7 @@ describe("a decode worker that cannot start", () => {
         return values;
       }
     }
-    const base = createPolicy(LONG, 8);
+    const base = createPolicy(SMALL, 8);
     const policy = new Truncated(base.config, base.values(), 0, { trainable: false });
     const scheduler = threaded(policy);
     await expect(scheduler.ready).rejects.toThrow(/final_norm/);
@@ -141,10 +145,9 @@ describe("a decode worker that cannot start", () => {
   });
 });
 
-describe("the policy server while a long prefill runs", () => {
+describe("the policy server decoding in its worker", () => {
   it("answers GET /health and /stats before a long prefill finishes (decode is off the HTTP thread)", async () => {
-    const model = { ...SMALL, dModel: 128, heads: 4, kvHeads: 2, ffnHidden: 384, layers: 4, contextLength: 2048 };
-    const policy = createPolicy(model, 6);
+    const policy = createPolicy(DEFAULT_SIZED, 6);
     const codec = ChatCodec.train([{ messages: [{ role: "user", content: "hello" }], tools: [] }], SMALL.vocabSize);
     const server = createPolicyServer({ policy, codec, log: createLogger({ role: "test" }), maxBatch: 4 });
     expect(server.scheduler).toBeInstanceOf(ThreadedScheduler);
@@ -173,6 +176,33 @@ describe("the policy server while a long prefill runs", () => {
     await generation;
     expect(order).toEqual(["health 200", "stats 200", "generation 200"]);
     expect(server.scheduler.stats()).toMatchObject({ prefills: 1, completed: 1, prefilledTokens: 2000 });
+    await server.close();
+  });
+
+  it("a request past its deadline answers 504 and its sequence stops in the worker", async () => {
+    // 2,000 tokens of the default-sized model: seconds of decoding, far past the 0.3 s deadline.
+    const policy = createPolicy(DEFAULT_SIZED, 10);
+    const codec = ChatCodec.train([{ messages: [{ role: "user", content: "hello" }], tools: [] }], SMALL.vocabSize);
+    const limits = LimitsConfig.parse({ policy: { requestDeadlineSeconds: 0.3 } });
+    const server = createPolicyServer({ policy, codec, log: createLogger({ role: "test" }), maxBatch: 2, limits });
+    await server.ready;
+    const response = await server.app.request("/v1/chat/completions", {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({
+        messages: [{ role: "user", content: "x" }],
+        max_tokens: 2000,
+        agentrl: { prompt_token_ids: [1, 2, 3] },
+      }),
+    });
+    expect(response.status).toBe(504);
+    // The worker dropped it: counted failed, and it stops stepping.
+    await until((s) => s.failed === 1 && s.active === 0, server.scheduler);
+    const { decodeSteps } = server.scheduler.stats();
+    expect(decodeSteps).toBeLessThan(1999);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    expect(server.scheduler.stats().decodeSteps).toBe(decodeSteps);
+    expect(server.scheduler.stats().completed).toBe(0);
     await server.close();
   });
 });
