@@ -195,11 +195,13 @@ for (const where of ["worker", "in-thread"] as const) {
       ? new ThreadedScheduler(policy, { capacity: 64, stopTokenIds: [], contextLength: config.contextLength })
       : new BatchScheduler(policy.createDecoder(64), { stopTokenIds: [], contextLength: config.contextLength });
   if (generator instanceof ThreadedScheduler) await generator.ready;
-  // Warm-up: the worker is a fresh V8 isolate; its decode loops must be optimised too before timing.
+  // Warm-up at both widths: the worker is a fresh V8 isolate (this one was warmed by the decoder
+  // runs above); its decode loops must be optimised for 1-slot and 64-slot steps before timing.
   await schedulerRate(generator, 64, 64);
+  await schedulerRate(generator, 1, 8);
   for (const [concurrent, sequences] of [
     [64, 64],
-    [1, 8],
+    [1, 16],
   ] as const) {
     const r = await schedulerRate(generator, concurrent, sequences);
     schedulerRows[`${where} ${concurrent}`] = r;
