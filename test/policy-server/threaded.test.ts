@@ -182,7 +182,9 @@ describe("the policy server decoding in its worker", () => {
   it("a request past its deadline answers 504 and its sequence stops in the worker", async () => {
     // 2,000 tokens of the default-sized model: seconds of decoding, far past the 0.3 s deadline.
     const policy = createPolicy(DEFAULT_SIZED, 10);
-    const codec = ChatCodec.train([{ messages: [{ role: "user", content: "hello" }], tools: [] }], SMALL.vocabSize);
+    const trained = ChatCodec.train([{ messages: [{ role: "user", content: "hello" }], tools: [] }], SMALL.vocabSize);
+    // No stop tokens: random weights would sample one within a few hundred tokens, before the deadline on a fast machine.
+    const codec = Object.create(trained, { stopTokenIds: { value: [] } }) as ChatCodec;
     const limits = LimitsConfig.parse({ policy: { requestDeadlineSeconds: 0.3 } });
     const server = createPolicyServer({ policy, codec, log: createLogger({ role: "test" }), maxBatch: 2, limits });
     await server.ready;
