@@ -5,6 +5,7 @@ import { LimitsConfig } from "../../shared/config/limits.ts";
 import { ValidationError } from "../../shared/errors.ts";
 import { createApp, HttpError, readJson } from "../../shared/http.ts";
 import type { Logger } from "../../shared/log.ts";
+import { backendInfo } from "../../shared/model/backend.ts";
 import type { InferencePolicy } from "../../shared/model/types.ts";
 import {
   type ChatCompletionChoice,
@@ -16,7 +17,8 @@ import {
 } from "../../shared/protocol/openai.ts";
 import { requireBearer } from "../../shared/security/bearer.ts";
 import type { Pool } from "./follower.ts";
-import { BatchScheduler, GenerationError, type GenerationResult } from "./scheduler.ts";
+import { BatchScheduler, GenerationError, type GenerationResult, type Generator } from "./scheduler.ts";
+import { canRunInWorker, ThreadedScheduler } from "./threaded.ts";
 
 export interface PolicyServerOptions {
   /** The version served first; later versions arrive through `install`. */
@@ -34,12 +36,22 @@ export interface PolicyServerOptions {
   readonly apiKey?: string;
   /** HTTP limits, queued-sequence cap and per-request deadline. @default the `limits` config defaults */
   readonly limits?: LimitsConfig;
+  /**
+   * Where prefill and decode run: `worker` (a worker thread, so HTTP is answered while a step runs)
+   * or `main` (this thread, yielding between steps). The worker needs a policy built by
+   * shared/model, whose weights it is handed.
+   * @default "worker" for such policies on the wasm and cpu backends; "main" on native TF
+   * (tfjs-node, untested in a worker) and for other policies (test doubles that live in this thread)
+   */
+  readonly decodeThread?: "worker" | "main";
 }
 
 /** A policy server: the HTTP app plus the scheduler and the hook that swaps weights. */
 export interface PolicyServer {
   readonly app: Hono;
-  readonly scheduler: BatchScheduler;
+  readonly scheduler: Generator;
+  /** Resolves when the decode loop takes requests (the worker has its backend and weights); rejects if it cannot start. */
+  readonly ready: Promise<void>;
   /** Version currently served. */
   version(): number;
   /** Switches to `policy` between decode steps, then frees the previous policy. */
@@ -63,8 +75,16 @@ export function createPolicyServer(options: PolicyServerOptions): PolicyServer {
   const modelName = options.modelName ?? `agentrl-${pool}`;
   const { contextLength, vocabSize } = options.policy.config;
   let current = options.policy;
-  const decoder = current.createDecoder(options.maxBatch);
-  const scheduler = new BatchScheduler(decoder, { stopTokenIds: codec.stopTokenIds, contextLength, log });
+  // Native TF (tfjs-node/-gpu) in a second thread is untested here, and on a GPU a second context
+  // would hold a second copy of the weights: those backends keep decoding in this thread by default.
+  const workerByDefault = canRunInWorker(current) && backendInfo()?.name !== "tensorflow";
+  const decodeThread = options.decodeThread ?? (workerByDefault ? "worker" : "main");
+  const schedulerOptions = { stopTokenIds: codec.stopTokenIds, contextLength, log };
+  // The worker builds its own decoder from the weights; this thread keeps `current` to restart it from.
+  const decoder = decodeThread === "main" ? current.createDecoder(options.maxBatch) : undefined;
+  const scheduler: Generator = decoder
+    ? new BatchScheduler(decoder, schedulerOptions)
+    : new ThreadedScheduler(current, { ...schedulerOptions, capacity: options.maxBatch });
   const startedAt = Math.floor(Date.now() / 1000);
 
   const limits = options.limits ?? LimitsConfig.parse({});
@@ -260,11 +280,12 @@ export function createPolicyServer(options: PolicyServerOptions): PolicyServer {
   return {
     app,
     scheduler,
+    ready: scheduler instanceof ThreadedScheduler ? scheduler.ready : Promise.resolve(),
     version: () => scheduler.policyVersion,
     install,
     async close(): Promise<void> {
       await scheduler.stop();
-      decoder.dispose();
+      decoder?.dispose();
       current.dispose();
     },
   };
@@ -287,6 +308,6 @@ function longestTokenBytes(codec: ChatCodec): number {
   return longest;
 }
 
-function pick(stats: ReturnType<BatchScheduler["stats"]>): { active: number; queued: number } {
+function pick(stats: ReturnType<Generator["stats"]>): { active: number; queued: number } {
   return { active: stats.active, queued: stats.queued };
 }

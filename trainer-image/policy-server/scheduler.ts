@@ -52,6 +52,27 @@ export interface SchedulerStats {
   prefilledTokens: number;
 }
 
+/**
+ * What the HTTP app needs from a decode loop. Two implementations: BatchScheduler (the loop in this
+ * thread) and ThreadedScheduler (the same loop in a worker thread, so HTTP is answered while a
+ * step runs); tests and benches may use either.
+ */
+export interface Generator {
+  /** Version of the weights the next step will use. */
+  readonly policyVersion: number;
+  /** Queues a sequence; resolves when it stops (stop token, max tokens or context end). */
+  generate(job: GenerationJob): Promise<GenerationResult>;
+  /**
+   * Switches to `policy` before the next decode step; resolves with the version it replaced (-1
+   * when a later switch superseded this one). The caller keeps `policy` alive until it is replaced.
+   */
+  switchPolicy(policy: InferencePolicy): Promise<number>;
+  /** Counters; cheap (no work on the decode loop). */
+  stats(): SchedulerStats;
+  /** Stops the loop; queued and running sequences are rejected. */
+  stop(): Promise<void>;
+}
+
 export class GenerationError extends AgentRlError {
   override readonly name = "GenerationError";
 }
@@ -81,10 +102,12 @@ interface Running extends Pending {
  *      and seeded RNG, and retire the finished ones,
  *   4. yield to the event loop (TF.js on wasm runs synchronously; this is where HTTP is served).
  */
-export class BatchScheduler {
+export class BatchScheduler implements Generator {
   private readonly queue: Pending[] = [];
   private readonly running = new Map<number, Running>();
-  private pendingPolicy: { policy: InferencePolicy; done: (previous: number) => void } | undefined;
+  private pendingPolicy:
+    | { policy: InferencePolicy; done: (previous: number) => void; fail: (error: Error) => void }
+    | undefined;
   private wake: (() => void) | undefined;
   private stopped = false;
   private readonly loop: Promise<void>;
@@ -147,9 +170,9 @@ export class BatchScheduler {
    * the switch happened (the caller may then dispose the old policy).
    */
   switchPolicy(policy: InferencePolicy): Promise<number> {
-    return new Promise((resolve) => {
+    return new Promise((resolve, reject) => {
       this.pendingPolicy?.done(-1);
-      this.pendingPolicy = { policy, done: resolve };
+      this.pendingPolicy = { policy, done: resolve, fail: reject };
       this.wake?.();
     });
   }
@@ -194,7 +217,13 @@ export class BatchScheduler {
     if (!pending) return;
     this.pendingPolicy = undefined;
     const previous = this.decoder.policyVersion;
-    this.decoder.setPolicy(pending.policy);
+    try {
+      this.decoder.setPolicy(pending.policy);
+    } catch (error) {
+      // The caller learns why (instead of waiting forever); the loop fails the running sequences.
+      pending.fail(error as Error);
+      throw error;
+    }
     this.counters.policySwitches += 1;
     this.options.log?.info({ from: previous, to: pending.policy.version }, "policy switched between decode steps");
     pending.done(previous);

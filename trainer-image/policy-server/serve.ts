@@ -28,6 +28,8 @@ export interface ServePolicyOptions {
   readonly store?: ObjectStore;
   /** Bearer key required on /v1/* and /stats (AGENTRL_POLICY_API_KEY, like vLLM's --api-key). */
   readonly apiKey?: string;
+  /** Where prefill and decode run (see PolicyServerOptions.decodeThread). @default "worker" */
+  readonly decodeThread?: "worker" | "main";
 }
 
 export interface RunningPolicyServer {
@@ -131,7 +133,15 @@ export async function servePolicy(options: ServePolicyOptions): Promise<RunningP
     loadWeights: loadHfPolicy,
     limits: config.limits,
     ...(options.apiKey ? { apiKey: options.apiKey } : {}),
+    ...(options.decodeThread ? { decodeThread: options.decodeThread } : {}),
   });
+
+  try {
+    await server.ready;
+  } catch (error) {
+    await server.close();
+    throw new PolicyServerStartError(`the decode worker did not start: ${(error as Error).message}`, { cause: error });
+  }
 
   const source: PolicySource = {
     newestVersion: () => newestVersion(store),
