@@ -39,7 +39,11 @@ export interface FakePolicy {
   close(): Promise<void>;
 }
 
-function expertTurn(messages: readonly ChatMessage[], mode: FakePolicyBehaviour["mode"]): AssistantMessage {
+/** The example task's turn as `mode` plays it: the expert adds x + y, then + z, then answers. */
+export function expertTurn(
+  messages: readonly ChatMessage[],
+  mode: FakePolicyBehaviour["mode"] = "expert",
+): AssistantMessage {
   const user = messages.find((m) => m.role === "user")?.content ?? "";
   const [x, y, z] = (user.match(/\d+/g) ?? ["0", "0", "0"]).map(Number) as [number, number, number];
   const turn = messages.filter((m) => m.role === "assistant").length;

@@ -15,7 +15,7 @@ import { initBackend } from "../../shared/model/index.ts";
 import { PolicyClient, PolicyUnavailableError } from "../../shared/policy/client.ts";
 import { type EngineVersionWatch, readEngineRecord, withEngineRecord } from "../../shared/policy/engine-sync.ts";
 import { Trajectory, type TrajectoryReady } from "../../shared/protocol/messages.ts";
-import { type AssistantMessage, ChatCompletionRequest, POLICY_VERSION_HEADER } from "../../shared/protocol/openai.ts";
+import { ChatCompletionRequest, POLICY_VERSION_HEADER } from "../../shared/protocol/openai.ts";
 import { createTransport } from "../../shared/transport/index.ts";
 import { restrictTransport } from "../../shared/transport/restricted.ts";
 import type { ObjectStore, Transport } from "../../shared/transport/types.ts";
@@ -24,7 +24,7 @@ import { runTrainer } from "../../trainer-image/trainer/trainer.ts";
 import { type Stack, startStack, waitFor } from "../env/helpers.ts";
 import { writeTinyHfFolder } from "../support/hf-tiny.ts";
 import { tempDir } from "../support/tmp.ts";
-import { exampleCodec } from "./rolloutHelpers.ts";
+import { exampleCodec, expertTurn } from "./rolloutHelpers.ts";
 
 /**
  * rollout.versionSource: sync end to end, on CPU with no network: the trainer's syncer (hfPublisher)
@@ -60,22 +60,6 @@ interface FakeVllm {
   /** Sent as x-policy-version (a real vLLM sends none). */
   versionHeader: string | undefined;
   close(): Promise<void>;
-}
-
-function expertTurn(messages: ChatCompletionRequest["messages"]): AssistantMessage {
-  const user = messages.find((m) => m.role === "user")?.content ?? "";
-  const [x, y, z] = (user.match(/\d+/g) ?? ["0", "0", "0"]).map(Number) as [number, number, number];
-  const turn = messages.filter((m) => m.role === "assistant").length;
-  const last = messages[messages.length - 1];
-  const partial = last?.role === "tool" ? Number(last.content) : 0;
-  const call = (name: string, args: Record<string, unknown>): AssistantMessage => ({
-    role: "assistant",
-    content: null,
-    tool_calls: [{ id: `call_${turn}`, type: "function", function: { name, arguments: JSON.stringify(args) } }],
-  });
-  if (turn === 0) return call("add", { a: x, b: y });
-  if (turn === 1) return call("add", { a: partial, b: z });
-  return call("answer", { value: partial });
 }
 
 /**
