@@ -3,18 +3,35 @@
  * side, in one bounded run (< 60 s). Per backend: full send+receive+delete cycles per second
  * (one message at a time, and in batches of 10), and put/get latency of 16 KiB objects (p50, p99).
  * Each phase stops at its message/object count or its time cap, whichever comes first.
+ * The last line of stdout is the JSON summary (bench/summary.ts `TransportSummary`).
+ *
+ * Flags: --messages N (per message phase, default 5000), --objects N (per object phase, default
+ * 500), --phase-ms X (time cap of a phase, default 3000), --local-only (skip moto: its figures are
+ * null in the summary).
  */
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { parseArgs } from "node:util";
 import { TransportConfig } from "../shared/config/transport.ts";
 import { createTransport } from "../shared/transport/index.ts";
 import type { Transport } from "../shared/transport/types.ts";
 import { startMoto } from "../test/support/moto.ts";
+import { intFlag } from "./flags.ts";
+import { figure, load1, printSummary, TransportSummary } from "./summary.ts";
 
-const PHASE_CAP_MS = 3_000;
-const MESSAGES_PER_PHASE = 5_000;
-const OBJECTS_PER_PHASE = 500;
+const { values: flags } = parseArgs({
+  options: {
+    messages: { type: "string", default: "5000" },
+    objects: { type: "string", default: "500" },
+    "phase-ms": { type: "string", default: "3000" },
+    "local-only": { type: "boolean", default: false },
+  },
+});
+// a batch phase sends whole batches: at least one
+const MESSAGES_PER_PHASE = intFlag("messages", flags.messages, 10);
+const OBJECTS_PER_PHASE = intFlag("objects", flags.objects, 1);
+const PHASE_CAP_MS = intFlag("phase-ms", flags["phase-ms"], 1, 60_000);
 const OBJECT_BYTES = 16 * 1024;
 const BATCH = 10;
 
@@ -97,36 +114,53 @@ function row(label: string, local: string, moto: string): string {
 
 async function main(): Promise<void> {
   const benchStarted = performance.now();
+  const loadBefore = load1();
   const localDir = await mkdtemp(join(tmpdir(), "agentrl-bench-transport-"));
-  const moto = await startMoto();
+  const moto = flags["local-only"] ? undefined : await startMoto();
   try {
     const local = await createTransport(TransportConfig.parse({ kind: "local", localDir }));
-    const aws = await createTransport(
-      TransportConfig.parse({ kind: "aws", endpoint: moto.endpoint, queuePrefix: "bench" }),
-      { ensureResources: true },
-    );
     process.stderr.write("bench: local transport...\n");
     const l = await measure(local);
-    process.stderr.write("bench: aws transport on moto...\n");
-    const m = await measure(aws);
     await local.close();
-    await aws.close();
+    let m: Figures | undefined;
+    if (moto) {
+      const aws = await createTransport(
+        TransportConfig.parse({ kind: "aws", endpoint: moto.endpoint, queuePrefix: "bench" }),
+        { ensureResources: true },
+      );
+      process.stderr.write("bench: aws transport on moto...\n");
+      m = await measure(aws);
+      await aws.close();
+    }
 
-    const rate = (f: { perSecond: number; count: number }) => `${f.perSecond.toFixed(0)} (n=${f.count})`;
-    const lat = (f: { p50: number; p99: number; count: number }) =>
-      `${f.p50.toFixed(2)} / ${f.p99.toFixed(2)} (n=${f.count})`;
+    const skipped = "skipped (--local-only)";
+    const rate = (f: { perSecond: number; count: number } | undefined) =>
+      f ? `${f.perSecond.toFixed(0)} (n=${f.count})` : skipped;
+    const lat = (f: { p50: number; p99: number; count: number } | undefined) =>
+      f ? `${f.p50.toFixed(2)} / ${f.p99.toFixed(2)} (n=${f.count})` : skipped;
     const lines = [
-      `transport bench: ${new Date().toISOString()}, node ${process.version}, phases capped at ${PHASE_CAP_MS / 1000} s`,
+      `transport bench: ${new Date().toISOString()}, node ${process.version}, phases capped at ${PHASE_CAP_MS / 1000} s, ${MESSAGES_PER_PHASE} messages / ${OBJECTS_PER_PHASE} objects; load average ${loadBefore} before, ${load1()} after`,
       row("metric", "local (SQLite + directory)", "aws on moto (SQS + S3 API)"),
-      row("send+receive+delete, 1 at a time (msg/s)", rate(l.unbatched), rate(m.unbatched)),
-      row(`send+receive+delete, batches of ${BATCH} (msg/s)`, rate(l.batched), rate(m.batched)),
-      row(`put ${OBJECT_BYTES / 1024} KiB object, p50 / p99 (ms)`, lat(l.put), lat(m.put)),
-      row(`get ${OBJECT_BYTES / 1024} KiB object, p50 / p99 (ms)`, lat(l.get), lat(m.get)),
+      row("send+receive+delete, 1 at a time (msg/s)", rate(l.unbatched), rate(m?.unbatched)),
+      row(`send+receive+delete, batches of ${BATCH} (msg/s)`, rate(l.batched), rate(m?.batched)),
+      row(`put ${OBJECT_BYTES / 1024} KiB object, p50 / p99 (ms)`, lat(l.put), lat(m?.put)),
+      row(`get ${OBJECT_BYTES / 1024} KiB object, p50 / p99 (ms)`, lat(l.get), lat(m?.get)),
       `total ${((performance.now() - benchStarted) / 1000).toFixed(1)} s`,
     ];
     process.stdout.write(`${lines.join("\n")}\n`);
+    printSummary(TransportSummary, {
+      localMsgPerS: figure(l.unbatched.perSecond),
+      localBatchedMsgPerS: figure(l.batched.perSecond),
+      localPutP50Ms: figure(l.put.p50),
+      localGetP50Ms: figure(l.get.p50),
+      motoMsgPerS: figure(m?.unbatched.perSecond),
+      motoBatchedMsgPerS: figure(m?.batched.perSecond),
+      motoPutP50Ms: figure(m?.put.p50),
+      motoGetP50Ms: figure(m?.get.p50),
+      load1: load1(),
+    });
   } finally {
-    await moto.stop();
+    await moto?.stop();
     await rm(localDir, { recursive: true, force: true });
   }
 }
