@@ -15,8 +15,9 @@
  * summary (bench/summary.ts `PipelineSummary`).
  *
  * Workloads: `--workload default` (lognormal median 400 ms, sigma 1, 2 groups of 4 per step) and
- * `--workload longtail` (sigma 1.5, 4 groups of 4 per step: sync waits for the slowest of 4
- * heavy-tailed groups every step, async does not); any flag below overrides the preset.
+ * `--workload longtail` (median 1 s, sigma 1.5, cap 30 s, 4 groups of 4 per step: sync waits for
+ * the slowest of 4 heavy-tailed groups every step, async does not); any flag below overrides the
+ * preset.
  * Flags: --base DIR (reuse a base checkpoint folder holding policies/v0/), --steps N (trainer
  * steps per mode), --median-ms X, --sigma S, --max-ms X (env delay shape and cap), --probes K (tool
  * calls per episode), --batch B (groups per step), --group-size n, --window-batches K (the async
@@ -68,7 +69,7 @@ const { values: flags } = parseArgs({
 /** Flag values of each workload; a flag given on the command line wins. */
 const WORKLOADS = {
   default: { steps: 10, medianMs: 400, sigma: 1, maxMs: 15_000, probes: 1, batch: 2 },
-  longtail: { steps: 10, medianMs: 400, sigma: 1.5, maxMs: 15_000, probes: 1, batch: 4 },
+  longtail: { steps: 10, medianMs: 1000, sigma: 1.5, maxMs: 30_000, probes: 1, batch: 4 },
 } as const;
 const workloadName = flags.workload;
 if (workloadName !== "default" && workloadName !== "longtail") {
@@ -312,7 +313,10 @@ function summarize(result: ModeResult): Summary | undefined {
       windowSeconds: window,
       episodeSeconds: finished.map((e) => (e.finished - e.started) / 1000),
       groupSeconds,
-      stepCycleSeconds: inWindow.map((s) => m(s, "time/step_seconds") + m(s, "time/publish_seconds")),
+      steps: inWindow.map((s) => ({
+        seconds: m(s, "time/step_seconds") + m(s, "time/publish_seconds"),
+        trajectories: m(s, "rollout/trajectories"),
+      })),
       intervalSeconds: window / inWindow.length,
       generationSeconds: result.run.mode === "sync" ? mean(spans) : Number.NaN,
     },

@@ -8,23 +8,24 @@
  * `inFlightGroupCap * n`), C = episodes the rollout workers run at once (workers * concurrency),
  * D = one episode's duration (start to finish), G = its group's duration (the slowest member's
  * D: a group is trainable only when all n are done), h = time from a group being complete to its
- * messages being acknowledged (at least one train step plus one publish).
+ * messages being acknowledged: at least the train step and publish of the step that trains it.
  *
  * Async, by Little's law (mean number in a system = rate * mean time spent in it):
  * - window: every episode is outstanding from its request (the n of a group are sent together) to
  *   its acknowledgement, which is at least G + h, and at most W are outstanding, so
- *   rate <= W / (E[G] + h_min);
+ *   rate <= W / (E[G] + E[h]), E[h] the mean over trajectories of the step + publish that
+ *   trained them (each step's time weighted by the trajectories it took);
  * - slots: every episode holds a rollout slot for D, and at most C are held, so rate <= C / E[D].
  * The bound is the lesser of the two. The trainer's speed enters through h: a slow trainer makes
  * every trajectory wait longer before it is acknowledged, which the window charges (a separate
- * "trainer rate" limit W / h_min would never be the lesser one).
+ * "trainer rate" limit W / E[h] would never be the lesser one). Left out, so the bound is not
+ * tight: the wait of a complete group for the step in progress to end, the feeder's polling.
  *
  * Assumptions: the episode and step times fed in are those of the async run (CPU contention makes
  * them longer there than in sync, so the sync run's times give a prediction, not a bound); the
  * window is measured between two step ends and counts the trajectories trained in it (a finite
- * window adds the edge term W / window, see `windowSeconds`); no step is shorter than the shortest
- * one measured; the feeder keeps its window (it counts queue depths, which may lag a moment).
- * Nothing is assumed of the distribution's shape, of independence, or of the trainer keeping up.
+ * window adds the edge term W / window, see `windowSeconds`); the feeder keeps its window (it
+ * counts queue depths, which may lag a moment). Nothing is assumed of the distribution's shape, of independence, or of the trainer keeping up.
  *
  * Sync (a model, to check the measurement): a step sends B groups, waits for the slowest, then
  * trains, publishes and hands the new version over, so rate = B*n / (E[max of B draws of G] + rest),
@@ -45,14 +46,20 @@ export interface PipelineShape {
   readonly slots: number;
 }
 
+/** One trainer step: train step + publish seconds, trajectories trained. */
+export interface StepCycle {
+  readonly seconds: number;
+  readonly trajectories: number;
+}
+
 /** Measured times, in seconds. */
 export interface MeasuredTimes {
   /** One entry per episode: start to finish (D). */
   readonly episodeSeconds: readonly number[];
   /** One entry per complete group: its slowest member (G); groups all have n members. */
   readonly groupSeconds: readonly number[];
-  /** Per trainer step: train step plus publish, the least time a complete group still waits (h). */
-  readonly stepCycleSeconds: readonly number[];
+  /** Per trainer step: its train step plus publish (what a trajectory it trains still waits), and its trajectories. */
+  readonly steps: readonly StepCycle[];
   /**
    * Length of the measured window, when finite: up to W episodes (C for the slots) were already
    * outstanding when it opened and count in it without their whole time in it, so each limit
@@ -78,6 +85,13 @@ function requirePositive(name: string, value: number): void {
   if (!(Number.isFinite(value) && value > 0)) throw new RangeError(`${name} must be a positive number, got ${value}`);
 }
 
+/** E[h]: step + publish seconds averaged over the trajectories the steps trained. */
+export function meanHold(steps: readonly StepCycle[]): number {
+  const trajectories = steps.reduce((sum, s) => sum + s.trajectories, 0);
+  if (!(trajectories > 0)) throw new RangeError("no trainer step with trajectories measured");
+  return steps.reduce((sum, s) => sum + s.seconds * s.trajectories, 0) / trajectories;
+}
+
 /**
  * E[max of k independent draws] from the empirical distribution of `samples` (with replacement):
  * sum over sorted x_(i) of x_(i) * ((i/N)^k - ((i-1)/N)^k).
@@ -99,14 +113,13 @@ export function expectedMax(samples: readonly number[], k: number): number {
  * @example
  * asyncRateBound(
  *   { groupSize: 4, batchGroups: 2, windowEpisodes: 16, slots: 16 },
- *   { episodeSeconds: [1, 1], groupSeconds: [1, 1], stepCycleSeconds: [0.5, 0.6] },
+ *   { episodeSeconds: [1, 1], groupSeconds: [1, 1], steps: [{ seconds: 0.5, trajectories: 8 }] },
  * ) // window 16 / (1 + 0.5) = 10.7/s, slots 16 / 1 = 16/s: { rate: 10.67, limitedBy: "window" }
  */
 export function asyncRateBound(shape: PipelineShape, times: MeasuredTimes): AsyncBound {
   requirePositive("windowEpisodes", shape.windowEpisodes);
   requirePositive("slots", shape.slots);
-  if (times.stepCycleSeconds.length === 0) throw new RangeError("stepCycleSeconds is empty: no trainer step measured");
-  const hold = Math.min(...times.stepCycleSeconds);
+  const hold = meanHold(times.steps);
   const edge = times.windowSeconds === undefined ? 0 : 1 / times.windowSeconds;
   if (times.windowSeconds !== undefined) requirePositive("windowSeconds", times.windowSeconds);
   const limits: Record<AsyncLimit, number> = {
@@ -143,8 +156,8 @@ export interface ModeFigures {
   readonly episodeSeconds: readonly number[];
   /** Groups whose last member finished in the window: their slowest member. */
   readonly groupSeconds: readonly number[];
-  /** Steps in the window: `time/step_seconds + time/publish_seconds`. */
-  readonly stepCycleSeconds: readonly number[];
+  /** Steps in the window: `time/step_seconds + time/publish_seconds`, `rollout/trajectories`. */
+  readonly steps: readonly StepCycle[];
   /** Mean step interval. */
   readonly intervalSeconds: number;
   /** sync: mean span of a batch's generation (first start to last finish); NaN in async. */
@@ -175,12 +188,14 @@ export function boundReport(shape: PipelineShape, a: ModeFigures, s: ModeFigures
   const bound = speedupBound(asyncBound, s.rate);
   const asyncOverSync = a.rate / s.rate;
   const f = (x: number, d = 2) => x.toFixed(d);
-  const hold = Math.min(...a.stepCycleSeconds);
+  const hold = meanHold(a.steps);
   const lines = [
     `bound (bench/pipelineBound.ts): n=${shape.groupSize}, B=${shape.batchGroups} groups per sync step, W=${shape.windowEpisodes} episodes in the async window, C=${shape.slots} rollout slots`,
-    `  async run: E[D] ${f(mean(a.episodeSeconds))} s (${a.episodeSeconds.length} episodes), E[G] ${f(mean(a.groupSeconds))} s (${a.groupSeconds.length} groups), shortest step + publish h ${f(hold)} s, window ${f(a.windowSeconds, 1)} s`,
+    `  async run: E[D] ${f(mean(a.episodeSeconds))} s (${a.episodeSeconds.length} episodes), E[G] ${f(mean(a.groupSeconds))} s (${a.groupSeconds.length} groups), E[h] (step + publish) ${f(hold)} s, window ${f(a.windowSeconds, 1)} s`,
     `  window W/(E[G]+h) + W/window = ${f(asyncBound.limits.window)}/s; slots C/E[D] + C/window = ${f(asyncBound.limits.slots)}/s`,
     `  async <= ${f(asyncBound.rate)} trajectories/s (${asyncBound.limitedBy}); measured ${f(a.rate)} = ${f(a.rate / asyncBound.rate)} of it`,
+    // what the bound leaves out, in figures: were the window always full, an episode was outstanding W / rate
+    `  were the window always full, an episode was outstanding W/rate = ${f(shape.windowEpisodes / a.rate)} s: E[G] ${f(mean(a.groupSeconds))} + E[h] ${f(hold)} + ${f(shape.windowEpisodes / a.rate - mean(a.groupSeconds) - hold)} s other (waiting for the step in progress, feeder polling, hand-offs)`,
     `  sync model B*n/(E[slowest of B groups] + rest): ${shape.batchGroups * shape.groupSize}/(${f(expectedMax(s.groupSeconds, shape.batchGroups))} + ${f(rest)}) = ${f(syncModelRate)}/s; measured ${f(s.rate)}/s`,
     `  predicted from the sync run's times alone: async <= ${f(predicted.rate)}/s, speedup <= ${f(predicted.rate / s.rate)}x`,
     `  speedup async/sync (trajectories trained/s, steady): measured ${f(asyncOverSync)}x, bound ${f(bound)}x${asyncOverSync > bound ? "  ** ABOVE THE BOUND: an assumption failed (see bench/pipelineBound.ts)" : ""}`,

@@ -5,6 +5,7 @@ import {
   expectedMax,
   type MeasuredTimes,
   type PipelineShape,
+  type StepCycle,
   speedupBound,
   syncRateModel,
 } from "../../bench/pipelineBound.ts";
@@ -52,7 +53,7 @@ function simulateAsync(shape: PipelineShape, draw: GroupDraw, step: StepTime, to
   const complete: number[] = [];
   const episodeSeconds: number[] = [];
   const groupSeconds: number[] = [];
-  const stepCycleSeconds: number[] = [];
+  const steps: StepCycle[] = [];
   const stepEnds: Array<{ time: number; consumed: number }> = [];
   let t = 0;
   let outstanding = 0;
@@ -72,7 +73,7 @@ function simulateAsync(shape: PipelineShape, draw: GroupDraw, step: StepTime, to
     if (!trainer && complete.length >= shape.batchGroups) {
       const taken = complete.splice(0);
       const seconds = step(taken.length * n);
-      stepCycleSeconds.push(seconds);
+      steps.push({ seconds, trajectories: taken.length * n });
       trainer = { end: t + seconds, groups: taken };
     }
     const nextEpisode = running.reduce((min, r) => Math.min(min, r.end), Number.POSITIVE_INFINITY);
@@ -99,7 +100,7 @@ function simulateAsync(shape: PipelineShape, draw: GroupDraw, step: StepTime, to
   const from = stepEnds[9] as { time: number };
   const last = stepEnds[stepEnds.length - 1] as { time: number };
   const consumed = stepEnds.slice(10).reduce((sum, s) => sum + s.consumed, 0);
-  return { rate: consumed / (last.time - from.time), times: { episodeSeconds, groupSeconds, stepCycleSeconds } };
+  return { rate: consumed / (last.time - from.time), times: { episodeSeconds, groupSeconds, steps } };
 }
 
 /** Sync: B groups at once (B*n <= C), wait for the slowest member, then the step. */
@@ -138,8 +139,13 @@ describe("expectedMax", () => {
 
 describe("asyncRateBound", () => {
   it("hand-worked: window-limited, then slot-limited", () => {
-    // window: 16 / (mean G 2 + shortest cycle 0.5) = 6.4/s; slots: 8 / mean D 1.5 = 5.33/s
-    const times = { episodeSeconds: [1, 2], groupSeconds: [1, 3], stepCycleSeconds: [0.7, 0.5] };
+    // E[h] = (0.2 * 8 + 0.6 * 24) / 32 = 0.5 s, weighted by trajectories
+    // window: 16 / (mean G 2 + 0.5) = 6.4/s; slots: 8 / mean D 1.5 = 5.33/s
+    const steps = [
+      { seconds: 0.2, trajectories: 8 },
+      { seconds: 0.6, trajectories: 24 },
+    ];
+    const times = { episodeSeconds: [1, 2], groupSeconds: [1, 3], steps };
     const wide = asyncRateBound({ groupSize: 4, batchGroups: 2, windowEpisodes: 16, slots: 16 }, times);
     expect(wide.limitedBy).toBe("window");
     expect(wide.rate).toBeCloseTo(6.4, 12);
@@ -162,7 +168,7 @@ describe("asyncRateBound", () => {
     expect(() =>
       asyncRateBound(
         { groupSize: 4, batchGroups: 2, windowEpisodes: 16, slots: 16 },
-        { episodeSeconds: [1], groupSeconds: [1], stepCycleSeconds: [] },
+        { episodeSeconds: [1], groupSeconds: [1], steps: [] },
       ),
     ).toThrow(/no trainer step/);
   });
@@ -234,7 +240,7 @@ describe("boundReport (the bench's bound section)", () => {
         windowSeconds: 3000,
         episodeSeconds: s.groupSeconds,
         groupSeconds: s.groupSeconds,
-        stepCycleSeconds: [step(16)],
+        steps: [{ seconds: step(16), trajectories: 16 }],
         intervalSeconds: s.intervalSeconds,
         generationSeconds: s.generationSeconds,
       },
@@ -261,7 +267,12 @@ describe("boundReport (the bench's bound section)", () => {
 
   it("says so when a measurement passes the bound", () => {
     const shape = { groupSize: 4, batchGroups: 2, windowEpisodes: 16, slots: 16 };
-    const times = { episodeSeconds: [1], groupSeconds: [1], stepCycleSeconds: [1], windowSeconds: 100 };
+    const times = {
+      episodeSeconds: [1],
+      groupSeconds: [1],
+      steps: [{ seconds: 1, trajectories: 8 }],
+      windowSeconds: 100,
+    };
     // bound: 16 / (1 + 1) + 16 / 100 = 8.16/s; an async rate of 9/s is above it
     const figures = { ...times, intervalSeconds: 3, generationSeconds: 1 };
     const report = boundReport(shape, { ...figures, rate: 9 }, { ...figures, rate: 2 });
