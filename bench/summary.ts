@@ -30,6 +30,9 @@ export const TransportSummary = z.object({
   localMsgPerS: Figure,
   /** The same in batches of 10. */
   localBatchedMsgPerS: Figure,
+  /** The same two per second of the bench process's CPU time: steadier than wall clock on a loaded machine. */
+  localMsgPerCpuS: Figure,
+  localBatchedMsgPerCpuS: Figure,
   localPutP50Ms: Figure,
   localGetP50Ms: Figure,
   /** The aws transport on moto; null with --local-only. */

@@ -35,9 +35,26 @@ const PHASE_CAP_MS = intFlag("phase-ms", flags["phase-ms"], 1, 60_000);
 const OBJECT_BYTES = 16 * 1024;
 const BATCH = 10;
 
+/**
+ * Messages per wall-clock second, and per second of this process's CPU time (all its threads):
+ * on a shared machine the wall-clock rate follows the load, the CPU-time rate much less; for the
+ * local transport (SQLite and files, in this process) the CPU time is all the work there is.
+ */
+interface Rate {
+  perSecond: number;
+  perCpuSecond: number;
+  count: number;
+}
+
+/** Seconds of this process's CPU time (user + system) since `from`. */
+function cpuSeconds(from: NodeJS.CpuUsage): number {
+  const used = process.cpuUsage(from);
+  return (used.user + used.system) / 1e6;
+}
+
 interface Figures {
-  unbatched: { perSecond: number; count: number };
-  batched: { perSecond: number; count: number };
+  unbatched: Rate;
+  batched: Rate;
   put: { p50: number; p99: number; count: number };
   get: { p50: number; p99: number; count: number };
 }
@@ -48,6 +65,7 @@ async function measure(transport: Transport): Promise<Figures> {
 
   // One message at a time: send, receive, delete.
   let started = performance.now();
+  let cpu = process.cpuUsage();
   let unbatched = 0;
   while (unbatched < MESSAGES_PER_PHASE && performance.now() - started < PHASE_CAP_MS) {
     await queue.send(body);
@@ -57,9 +75,11 @@ async function measure(transport: Transport): Promise<Figures> {
     unbatched++;
   }
   const unbatchedSeconds = (performance.now() - started) / 1000;
+  const unbatchedCpu = cpuSeconds(cpu);
 
   // Batches of 10: sendBatch, receive up to 10, delete each.
   started = performance.now();
+  cpu = process.cpuUsage();
   let batched = 0;
   const bodies = Array.from({ length: BATCH }, () => body);
   while (batched < MESSAGES_PER_PHASE && performance.now() - started < PHASE_CAP_MS) {
@@ -74,6 +94,7 @@ async function measure(transport: Transport): Promise<Figures> {
     }
   }
   const batchedSeconds = (performance.now() - started) / 1000;
+  const batchedCpu = cpuSeconds(cpu);
 
   // 16 KiB objects: sequential puts of distinct keys, then gets of the same keys.
   const store = transport.store("trajectories");
@@ -95,8 +116,8 @@ async function measure(transport: Transport): Promise<Figures> {
   }
 
   return {
-    unbatched: { perSecond: unbatched / unbatchedSeconds, count: unbatched },
-    batched: { perSecond: batched / batchedSeconds, count: batched },
+    unbatched: { perSecond: unbatched / unbatchedSeconds, perCpuSecond: unbatched / unbatchedCpu, count: unbatched },
+    batched: { perSecond: batched / batchedSeconds, perCpuSecond: batched / batchedCpu, count: batched },
     put: { ...percentiles(putMs), count: putMs.length },
     get: { ...percentiles(getMs), count: getMs.length },
   };
@@ -134,8 +155,8 @@ async function main(): Promise<void> {
     }
 
     const skipped = "skipped (--local-only)";
-    const rate = (f: { perSecond: number; count: number } | undefined) =>
-      f ? `${f.perSecond.toFixed(0)} (n=${f.count})` : skipped;
+    const rate = (f: Rate | undefined) => (f ? `${f.perSecond.toFixed(0)} (n=${f.count})` : skipped);
+    const cpuRate = (f: Rate | undefined) => (f ? f.perCpuSecond.toFixed(0) : skipped);
     const lat = (f: { p50: number; p99: number; count: number } | undefined) =>
       f ? `${f.p50.toFixed(2)} / ${f.p99.toFixed(2)} (n=${f.count})` : skipped;
     const lines = [
@@ -143,6 +164,8 @@ async function main(): Promise<void> {
       row("metric", "local (SQLite + directory)", "aws on moto (SQS + S3 API)"),
       row("send+receive+delete, 1 at a time (msg/s)", rate(l.unbatched), rate(m?.unbatched)),
       row(`send+receive+delete, batches of ${BATCH} (msg/s)`, rate(l.batched), rate(m?.batched)),
+      row("  1 at a time, per CPU second of this process", cpuRate(l.unbatched), "- (moto's CPU is elsewhere)"),
+      row(`  batches of ${BATCH}, per CPU second of this process`, cpuRate(l.batched), "-"),
       row(`put ${OBJECT_BYTES / 1024} KiB object, p50 / p99 (ms)`, lat(l.put), lat(m?.put)),
       row(`get ${OBJECT_BYTES / 1024} KiB object, p50 / p99 (ms)`, lat(l.get), lat(m?.get)),
       `total ${((performance.now() - benchStarted) / 1000).toFixed(1)} s`,
@@ -151,6 +174,8 @@ async function main(): Promise<void> {
     printSummary(TransportSummary, {
       localMsgPerS: figure(l.unbatched.perSecond),
       localBatchedMsgPerS: figure(l.batched.perSecond),
+      localMsgPerCpuS: figure(l.unbatched.perCpuSecond),
+      localBatchedMsgPerCpuS: figure(l.batched.perCpuSecond),
       localPutP50Ms: figure(l.put.p50),
       localGetP50Ms: figure(l.get.p50),
       motoMsgPerS: figure(m?.unbatched.perSecond),

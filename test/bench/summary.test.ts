@@ -14,6 +14,8 @@ describe("bench summary line", () => {
     // 40 one-at-a-time cycles and 40 batched ones ran, so both rates are measured and positive
     expect(summary.localMsgPerS).toBeGreaterThan(0);
     expect(summary.localBatchedMsgPerS).toBeGreaterThan(0);
+    expect(summary.localMsgPerCpuS).toBeGreaterThan(0);
+    expect(summary.localBatchedMsgPerCpuS).toBeGreaterThan(0);
     expect(summary.localPutP50Ms).toBeGreaterThan(0);
     expect(summary.motoMsgPerS).toBeNull();
     // the table comes first: the summary is the last line only
