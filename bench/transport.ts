@@ -5,9 +5,12 @@
  * Each phase stops at its message/object count or its time cap, whichever comes first.
  * The last line of stdout is the JSON summary (bench/summary.ts `TransportSummary`).
  *
- * Flags: --messages N (per message phase, default 5000), --objects N (per object phase, default
- * 500), --phase-ms X (time cap of a phase, default 3000), --local-only (skip moto: its figures are
- * null in the summary).
+ * Each message phase first runs 0.3 s unmeasured (JIT, caches): short phases spread 30% between
+ * runs on a quiet machine.
+ *
+ * Flags: --messages N (per message phase, default 100000: local phases run to the time cap),
+ * --objects N (per object phase, default 500), --phase-ms X (time cap of a phase, default 3000),
+ * --local-only (skip moto: its figures are null in the summary).
  */
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -22,7 +25,7 @@ import { figure, load1, printSummary, TransportSummary } from "./summary.ts";
 
 const { values: flags } = parseArgs({
   options: {
-    messages: { type: "string", default: "5000" },
+    messages: { type: "string", default: "100000" },
     objects: { type: "string", default: "500" },
     "phase-ms": { type: "string", default: "3000" },
     "local-only": { type: "boolean", default: false },
@@ -34,6 +37,8 @@ const OBJECTS_PER_PHASE = intFlag("objects", flags.objects, 1);
 const PHASE_CAP_MS = intFlag("phase-ms", flags["phase-ms"], 1, 60_000);
 const OBJECT_BYTES = 16 * 1024;
 const BATCH = 10;
+/** Unmeasured start of each message phase. */
+const WARMUP_MS = 300;
 
 /**
  * Messages per wall-clock second, and per second of this process's CPU time (all its threads):
@@ -59,30 +64,38 @@ interface Figures {
   get: { p50: number; p99: number; count: number };
 }
 
+/**
+ * A message phase: `cycle` (which handles some messages and returns how many) runs WARMUP_MS
+ * unmeasured (JIT, SQLite page cache, connection pools), then until the phase's message count or
+ * time cap.
+ */
+async function phase(cycle: () => Promise<number>): Promise<Rate> {
+  const warmUntil = performance.now() + WARMUP_MS;
+  while (performance.now() < warmUntil) await cycle();
+  const started = performance.now();
+  const cpu = process.cpuUsage();
+  let count = 0;
+  while (count < MESSAGES_PER_PHASE && performance.now() - started < PHASE_CAP_MS) count += await cycle();
+  const seconds = (performance.now() - started) / 1000;
+  return { perSecond: count / seconds, perCpuSecond: count / cpuSeconds(cpu), count };
+}
+
 async function measure(transport: Transport): Promise<Figures> {
   const queue = transport.queue("rollout-requests");
   const body = JSON.stringify({ schemaVersion: 1, kind: "bench", padding: "x".repeat(200) });
 
   // One message at a time: send, receive, delete.
-  let started = performance.now();
-  let cpu = process.cpuUsage();
-  let unbatched = 0;
-  while (unbatched < MESSAGES_PER_PHASE && performance.now() - started < PHASE_CAP_MS) {
+  const unbatched = await phase(async () => {
     await queue.send(body);
     const [message] = await queue.receive({ maxMessages: 1 });
     if (!message) throw new Error("bench: a sent message was not received");
     await queue.delete(message.receiptHandle);
-    unbatched++;
-  }
-  const unbatchedSeconds = (performance.now() - started) / 1000;
-  const unbatchedCpu = cpuSeconds(cpu);
+    return 1;
+  });
 
   // Batches of 10: sendBatch, receive up to 10, delete each.
-  started = performance.now();
-  cpu = process.cpuUsage();
-  let batched = 0;
   const bodies = Array.from({ length: BATCH }, () => body);
-  while (batched < MESSAGES_PER_PHASE && performance.now() - started < PHASE_CAP_MS) {
+  const batched = await phase(async () => {
     await queue.sendBatch(bodies);
     let left = BATCH;
     while (left > 0) {
@@ -90,17 +103,15 @@ async function measure(transport: Transport): Promise<Figures> {
       if (messages.length === 0) throw new Error("bench: sent messages were not received");
       await Promise.all(messages.map((m) => queue.delete(m.receiptHandle)));
       left -= messages.length;
-      batched += messages.length;
     }
-  }
-  const batchedSeconds = (performance.now() - started) / 1000;
-  const batchedCpu = cpuSeconds(cpu);
+    return BATCH;
+  });
 
   // 16 KiB objects: sequential puts of distinct keys, then gets of the same keys.
   const store = transport.store("trajectories");
   const object = new Uint8Array(OBJECT_BYTES).map((_, i) => i % 251);
   const putMs: number[] = [];
-  started = performance.now();
+  let started = performance.now();
   while (putMs.length < OBJECTS_PER_PHASE && performance.now() - started < PHASE_CAP_MS) {
     const t0 = performance.now();
     await store.put(`bench/obj-${putMs.length}`, object);
@@ -116,8 +127,8 @@ async function measure(transport: Transport): Promise<Figures> {
   }
 
   return {
-    unbatched: { perSecond: unbatched / unbatchedSeconds, perCpuSecond: unbatched / unbatchedCpu, count: unbatched },
-    batched: { perSecond: batched / batchedSeconds, perCpuSecond: batched / batchedCpu, count: batched },
+    unbatched,
+    batched,
     put: { ...percentiles(putMs), count: putMs.length },
     get: { ...percentiles(getMs), count: getMs.length },
   };
