@@ -15,9 +15,9 @@
  * summary (bench/summary.ts `PipelineSummary`).
  *
  * Workloads: `--workload default` (lognormal median 400 ms, sigma 1, 2 groups of 4 per step) and
- * `--workload longtail` (median 1 s, sigma 1.5, cap 30 s, 4 groups of 4 per step: sync waits for
- * the slowest of 4 heavy-tailed groups every step, async does not); any flag below overrides the
- * preset.
+ * `--workload longtail` (median 2 s, sigma 1.5, cap 60 s, 8 groups of 4 per step: sync waits for
+ * the slowest of 8 heavy-tailed groups every step, async does not; env time long against a train
+ * step, as in agentic tasks); any flag below overrides the preset.
  * Flags: --base DIR (reuse a base checkpoint folder holding policies/v0/), --steps N (trainer
  * steps per mode), --median-ms X, --sigma S, --max-ms X (env delay shape and cap), --probes K (tool
  * calls per episode), --batch B (groups per step), --group-size n, --window-batches K (the async
@@ -61,7 +61,7 @@ const { values: flags } = parseArgs({
     "window-batches": { type: "string" },
     "trainer-nice": { type: "string" },
     "compare-nice": { type: "boolean", default: false },
-    "mode-timeout-s": { type: "string", default: "300" },
+    "mode-timeout-s": { type: "string", default: "600" },
     keep: { type: "boolean", default: false },
   },
 });
@@ -69,7 +69,7 @@ const { values: flags } = parseArgs({
 /** Flag values of each workload; a flag given on the command line wins. */
 const WORKLOADS = {
   default: { steps: 10, medianMs: 400, sigma: 1, maxMs: 15_000, probes: 1, batch: 2 },
-  longtail: { steps: 10, medianMs: 1000, sigma: 1.5, maxMs: 30_000, probes: 1, batch: 4 },
+  longtail: { steps: 10, medianMs: 2000, sigma: 1.5, maxMs: 60_000, probes: 1, batch: 8 },
 } as const;
 const workloadName = flags.workload;
 if (workloadName !== "default" && workloadName !== "longtail") {
@@ -172,7 +172,12 @@ const EpisodeTimes = z.object({
   groupId: z.string(),
   status: z.string(),
   reward: z.number(),
-  timings: z.object({ startedAt: z.string(), finishedAt: z.string() }),
+  timings: z.object({
+    startedAt: z.string(),
+    finishedAt: z.string(),
+    envMs: z.number().optional(),
+    policyMs: z.number().optional(),
+  }),
 });
 interface Episode {
   readonly groupId: string;
@@ -180,6 +185,9 @@ interface Episode {
   readonly reward: number;
   readonly started: number;
   readonly finished: number;
+  /** Time in environment calls and in policy calls (generation), ms. */
+  readonly envMs: number;
+  readonly policyMs: number;
 }
 
 async function readEpisodes(runDir: string): Promise<Episode[]> {
@@ -195,6 +203,8 @@ async function readEpisodes(runDir: string): Promise<Episode[]> {
       reward: parsed.data.reward,
       started: Date.parse(parsed.data.timings.startedAt),
       finished: Date.parse(parsed.data.timings.finishedAt),
+      envMs: parsed.data.timings.envMs ?? Number.NaN,
+      policyMs: parsed.data.timings.policyMs ?? Number.NaN,
     });
   }
   return episodes;
@@ -254,6 +264,9 @@ interface Summary {
   readonly busyFraction: number;
   /** Mean train step in the window. */
   readonly trainSeconds: number;
+  /** Of the episodes finished in the window: mean time in env calls and in generation, s. */
+  readonly envSeconds: number;
+  readonly policySeconds: number;
   /** What the bound needs (bench/pipelineBound.ts). */
   readonly figures: ModeFigures;
 }
@@ -308,6 +321,8 @@ function summarize(result: ModeResult): Summary | undefined {
     endToEndRate: r.reduce((sum, s) => sum + m(s, "rollout/trajectories"), 0) / result.wallSeconds,
     busyFraction: trained / window,
     trainSeconds: trained / inWindow.length,
+    envSeconds: mean(finished.map((e) => e.envMs)) / 1000,
+    policySeconds: mean(finished.map((e) => e.policyMs)) / 1000,
     figures: {
       rate: consumed / window,
       windowSeconds: window,
@@ -395,6 +410,7 @@ try {
         "mean episode s / mean group (slowest member) s",
         (x) => `${fmt(mean(x.figures.episodeSeconds))} / ${fmt(mean(x.figures.groupSeconds))}`,
       ),
+      row("  of an episode: env calls s / generation s", (x) => `${fmt(x.envSeconds)} / ${fmt(x.policySeconds)}`),
       row("trainer busy fraction", (x) => fmt(x.busyFraction)),
       row("train step s", (x) => fmt(x.trainSeconds)),
       row("step interval s", (x) => fmt(x.figures.intervalSeconds)),

@@ -19,7 +19,8 @@
  * The bound is the lesser of the two. The trainer's speed enters through h: a slow trainer makes
  * every trajectory wait longer before it is acknowledged, which the window charges (a separate
  * "trainer rate" limit W / E[h] would never be the lesser one). Left out, so the bound is not
- * tight: the wait of a complete group for the step in progress to end, the feeder's polling.
+ * tight: the wait of a complete group for B-1 more (the trainer takes at least B) and for the step
+ * in progress to end, the feeder's polling.
  *
  * Assumptions: the episode and step times fed in are those of the async run (CPU contention makes
  * them longer there than in sync, so the sync run's times give a prediction, not a bound); the
@@ -195,7 +196,7 @@ export function boundReport(shape: PipelineShape, a: ModeFigures, s: ModeFigures
     `  window W/(E[G]+h) + W/window = ${f(asyncBound.limits.window)}/s; slots C/E[D] + C/window = ${f(asyncBound.limits.slots)}/s`,
     `  async <= ${f(asyncBound.rate)} trajectories/s (${asyncBound.limitedBy}); measured ${f(a.rate)} = ${f(a.rate / asyncBound.rate)} of it`,
     // what the bound leaves out, in figures: were the window always full, an episode was outstanding W / rate
-    `  were the window always full, an episode was outstanding W/rate = ${f(shape.windowEpisodes / a.rate)} s: E[G] ${f(mean(a.groupSeconds))} + E[h] ${f(hold)} + ${f(shape.windowEpisodes / a.rate - mean(a.groupSeconds) - hold)} s other (waiting for the step in progress, feeder polling, hand-offs)`,
+    `  were the window always full, an episode was outstanding W/rate = ${f(shape.windowEpisodes / a.rate)} s: E[G] ${f(mean(a.groupSeconds))} + E[h] ${f(hold)} + ${f(shape.windowEpisodes / a.rate - mean(a.groupSeconds) - hold)} s other (a complete group waiting for B-1 more and for the step in progress, feeder polling, hand-offs)`,
     `  sync model B*n/(E[slowest of B groups] + rest): ${shape.batchGroups * shape.groupSize}/(${f(expectedMax(s.groupSeconds, shape.batchGroups))} + ${f(rest)}) = ${f(syncModelRate)}/s; measured ${f(s.rate)}/s`,
     `  predicted from the sync run's times alone: async <= ${f(predicted.rate)}/s, speedup <= ${f(predicted.rate / s.rate)}x`,
     `  speedup async/sync (trajectories trained/s, steady): measured ${f(asyncOverSync)}x, bound ${f(bound)}x${asyncOverSync > bound ? "  ** ABOVE THE BOUND: an assumption failed (see bench/pipelineBound.ts)" : ""}`,
