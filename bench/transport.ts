@@ -3,26 +3,81 @@
  * side, in one bounded run (< 60 s). Per backend: full send+receive+delete cycles per second
  * (one message at a time, and in batches of 10), and put/get latency of 16 KiB objects (p50, p99).
  * Each phase stops at its message/object count or its time cap, whichever comes first.
+ * The last line of stdout is the JSON summary (bench/summary.ts `TransportSummary`).
+ *
+ * Each message phase first runs 0.3 s unmeasured (JIT, caches): short phases spread 30% between
+ * runs on a quiet machine.
+ *
+ * Flags: --messages N (per message phase, default 100000: local phases run to the time cap),
+ * --objects N (per object phase, default 500), --phase-ms X (time cap of a phase, default 3000),
+ * --local-only (skip moto: its figures are null in the summary).
  */
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { parseArgs } from "node:util";
 import { TransportConfig } from "../shared/config/transport.ts";
 import { createTransport } from "../shared/transport/index.ts";
 import type { Transport } from "../shared/transport/types.ts";
 import { startMoto } from "../test/support/moto.ts";
+import { intFlag } from "./flags.ts";
+import { figure, load1, printSummary, TransportSummary } from "./summary.ts";
 
-const PHASE_CAP_MS = 3_000;
-const MESSAGES_PER_PHASE = 5_000;
-const OBJECTS_PER_PHASE = 500;
+const { values: flags } = parseArgs({
+  options: {
+    messages: { type: "string", default: "100000" },
+    objects: { type: "string", default: "500" },
+    "phase-ms": { type: "string", default: "3000" },
+    "local-only": { type: "boolean", default: false },
+  },
+});
+// a batch phase sends whole batches: at least one
+const MESSAGES_PER_PHASE = intFlag("messages", flags.messages, 10);
+const OBJECTS_PER_PHASE = intFlag("objects", flags.objects, 1);
+const PHASE_CAP_MS = intFlag("phase-ms", flags["phase-ms"], 1, 60_000);
 const OBJECT_BYTES = 16 * 1024;
 const BATCH = 10;
+/** Unmeasured start of each message phase. */
+const WARMUP_MS = 300;
+
+/**
+ * Messages per wall-clock second, and per second of this process's CPU time (all its threads):
+ * on a shared machine the wall-clock rate follows the load, the CPU-time rate much less; for the
+ * local transport (SQLite and files, in this process) the CPU time is all the work there is.
+ */
+interface Rate {
+  perSecond: number;
+  perCpuSecond: number;
+  count: number;
+}
+
+/** Seconds of this process's CPU time (user + system) since `from`. */
+function cpuSeconds(from: NodeJS.CpuUsage): number {
+  const used = process.cpuUsage(from);
+  return (used.user + used.system) / 1e6;
+}
 
 interface Figures {
-  unbatched: { perSecond: number; count: number };
-  batched: { perSecond: number; count: number };
+  unbatched: Rate;
+  batched: Rate;
   put: { p50: number; p99: number; count: number };
   get: { p50: number; p99: number; count: number };
+}
+
+/**
+ * A message phase: `cycle` (which handles some messages and returns how many) runs WARMUP_MS
+ * unmeasured (JIT, SQLite page cache, connection pools), then until the phase's message count or
+ * time cap.
+ */
+async function phase(cycle: () => Promise<number>): Promise<Rate> {
+  const warmUntil = performance.now() + WARMUP_MS;
+  while (performance.now() < warmUntil) await cycle();
+  const started = performance.now();
+  const cpu = process.cpuUsage();
+  let count = 0;
+  while (count < MESSAGES_PER_PHASE && performance.now() - started < PHASE_CAP_MS) count += await cycle();
+  const seconds = (performance.now() - started) / 1000;
+  return { perSecond: count / seconds, perCpuSecond: count / cpuSeconds(cpu), count };
 }
 
 async function measure(transport: Transport): Promise<Figures> {
@@ -30,22 +85,17 @@ async function measure(transport: Transport): Promise<Figures> {
   const body = JSON.stringify({ schemaVersion: 1, kind: "bench", padding: "x".repeat(200) });
 
   // One message at a time: send, receive, delete.
-  let started = performance.now();
-  let unbatched = 0;
-  while (unbatched < MESSAGES_PER_PHASE && performance.now() - started < PHASE_CAP_MS) {
+  const unbatched = await phase(async () => {
     await queue.send(body);
     const [message] = await queue.receive({ maxMessages: 1 });
     if (!message) throw new Error("bench: a sent message was not received");
     await queue.delete(message.receiptHandle);
-    unbatched++;
-  }
-  const unbatchedSeconds = (performance.now() - started) / 1000;
+    return 1;
+  });
 
   // Batches of 10: sendBatch, receive up to 10, delete each.
-  started = performance.now();
-  let batched = 0;
   const bodies = Array.from({ length: BATCH }, () => body);
-  while (batched < MESSAGES_PER_PHASE && performance.now() - started < PHASE_CAP_MS) {
+  const batched = await phase(async () => {
     await queue.sendBatch(bodies);
     let left = BATCH;
     while (left > 0) {
@@ -53,16 +103,15 @@ async function measure(transport: Transport): Promise<Figures> {
       if (messages.length === 0) throw new Error("bench: sent messages were not received");
       await Promise.all(messages.map((m) => queue.delete(m.receiptHandle)));
       left -= messages.length;
-      batched += messages.length;
     }
-  }
-  const batchedSeconds = (performance.now() - started) / 1000;
+    return BATCH;
+  });
 
   // 16 KiB objects: sequential puts of distinct keys, then gets of the same keys.
   const store = transport.store("trajectories");
   const object = new Uint8Array(OBJECT_BYTES).map((_, i) => i % 251);
   const putMs: number[] = [];
-  started = performance.now();
+  let started = performance.now();
   while (putMs.length < OBJECTS_PER_PHASE && performance.now() - started < PHASE_CAP_MS) {
     const t0 = performance.now();
     await store.put(`bench/obj-${putMs.length}`, object);
@@ -78,8 +127,8 @@ async function measure(transport: Transport): Promise<Figures> {
   }
 
   return {
-    unbatched: { perSecond: unbatched / unbatchedSeconds, count: unbatched },
-    batched: { perSecond: batched / batchedSeconds, count: batched },
+    unbatched,
+    batched,
     put: { ...percentiles(putMs), count: putMs.length },
     get: { ...percentiles(getMs), count: getMs.length },
   };
@@ -97,36 +146,57 @@ function row(label: string, local: string, moto: string): string {
 
 async function main(): Promise<void> {
   const benchStarted = performance.now();
+  const loadBefore = load1();
   const localDir = await mkdtemp(join(tmpdir(), "agentrl-bench-transport-"));
-  const moto = await startMoto();
+  const moto = flags["local-only"] ? undefined : await startMoto();
   try {
     const local = await createTransport(TransportConfig.parse({ kind: "local", localDir }));
-    const aws = await createTransport(
-      TransportConfig.parse({ kind: "aws", endpoint: moto.endpoint, queuePrefix: "bench" }),
-      { ensureResources: true },
-    );
     process.stderr.write("bench: local transport...\n");
     const l = await measure(local);
-    process.stderr.write("bench: aws transport on moto...\n");
-    const m = await measure(aws);
     await local.close();
-    await aws.close();
+    let m: Figures | undefined;
+    if (moto) {
+      const aws = await createTransport(
+        TransportConfig.parse({ kind: "aws", endpoint: moto.endpoint, queuePrefix: "bench" }),
+        { ensureResources: true },
+      );
+      process.stderr.write("bench: aws transport on moto...\n");
+      m = await measure(aws);
+      await aws.close();
+    }
 
-    const rate = (f: { perSecond: number; count: number }) => `${f.perSecond.toFixed(0)} (n=${f.count})`;
-    const lat = (f: { p50: number; p99: number; count: number }) =>
-      `${f.p50.toFixed(2)} / ${f.p99.toFixed(2)} (n=${f.count})`;
+    const skipped = "skipped (--local-only)";
+    const rate = (f: Rate | undefined) => (f ? `${f.perSecond.toFixed(0)} (n=${f.count})` : skipped);
+    const cpuRate = (f: Rate | undefined) => (f ? f.perCpuSecond.toFixed(0) : skipped);
+    const lat = (f: { p50: number; p99: number; count: number } | undefined) =>
+      f ? `${f.p50.toFixed(2)} / ${f.p99.toFixed(2)} (n=${f.count})` : skipped;
     const lines = [
-      `transport bench: ${new Date().toISOString()}, node ${process.version}, phases capped at ${PHASE_CAP_MS / 1000} s`,
+      `transport bench: ${new Date().toISOString()}, node ${process.version}, phases capped at ${PHASE_CAP_MS / 1000} s, ${MESSAGES_PER_PHASE} messages / ${OBJECTS_PER_PHASE} objects; load average ${loadBefore} before, ${load1()} after`,
       row("metric", "local (SQLite + directory)", "aws on moto (SQS + S3 API)"),
-      row("send+receive+delete, 1 at a time (msg/s)", rate(l.unbatched), rate(m.unbatched)),
-      row(`send+receive+delete, batches of ${BATCH} (msg/s)`, rate(l.batched), rate(m.batched)),
-      row(`put ${OBJECT_BYTES / 1024} KiB object, p50 / p99 (ms)`, lat(l.put), lat(m.put)),
-      row(`get ${OBJECT_BYTES / 1024} KiB object, p50 / p99 (ms)`, lat(l.get), lat(m.get)),
+      row("send+receive+delete, 1 at a time (msg/s)", rate(l.unbatched), rate(m?.unbatched)),
+      row(`send+receive+delete, batches of ${BATCH} (msg/s)`, rate(l.batched), rate(m?.batched)),
+      row("  1 at a time, per CPU second of this process", cpuRate(l.unbatched), "- (moto's CPU is elsewhere)"),
+      row(`  batches of ${BATCH}, per CPU second of this process`, cpuRate(l.batched), "-"),
+      row(`put ${OBJECT_BYTES / 1024} KiB object, p50 / p99 (ms)`, lat(l.put), lat(m?.put)),
+      row(`get ${OBJECT_BYTES / 1024} KiB object, p50 / p99 (ms)`, lat(l.get), lat(m?.get)),
       `total ${((performance.now() - benchStarted) / 1000).toFixed(1)} s`,
     ];
     process.stdout.write(`${lines.join("\n")}\n`);
+    printSummary(TransportSummary, {
+      localMsgPerS: figure(l.unbatched.perSecond),
+      localBatchedMsgPerS: figure(l.batched.perSecond),
+      localMsgPerCpuS: figure(l.unbatched.perCpuSecond),
+      localBatchedMsgPerCpuS: figure(l.batched.perCpuSecond),
+      localPutP50Ms: figure(l.put.p50),
+      localGetP50Ms: figure(l.get.p50),
+      motoMsgPerS: figure(m?.unbatched.perSecond),
+      motoBatchedMsgPerS: figure(m?.batched.perSecond),
+      motoPutP50Ms: figure(m?.put.p50),
+      motoGetP50Ms: figure(m?.get.p50),
+      load1: load1(),
+    });
   } finally {
-    await moto.stop();
+    await moto?.stop();
     await rm(localDir, { recursive: true, force: true });
   }
 }

@@ -13,6 +13,7 @@ import type { ObjectStore } from "../../shared/transport/types.ts";
 import { evalComparisonMarkdown, readMetrics, writeRunReport } from "../report/report.ts";
 import { evalTasks, runEval, samplingSuffix } from "./eval.ts";
 import { startPolicyServer } from "./policy.ts";
+import { nicenessFor, RoleNiceness } from "./priority.ts";
 import type { ProgressView } from "./progress.ts";
 import { startEnvStack } from "./stack.ts";
 import { Supervisor } from "./supervisor.ts";
@@ -37,6 +38,13 @@ export interface PipelineOptions {
   readonly roleRestarts?: number;
   /** The controller cancels sessions idle this long (those of a crashed rollout worker). @default 240000 */
   readonly sessionIdleMs?: number;
+  /**
+   * CPU priorities: niceness added per role over the launcher's own (cli/launch/priority.ts).
+   * Async mode only, where the trainer and generation compete for the CPU; sync runs them in
+   * turn, so there a nicer trainer would only yield to other programs.
+   * @default - every role at +0 (see cli/launch/priority.ts for why)
+   */
+  readonly niceness?: Partial<RoleNiceness>;
   /** Runs once training has ended and the rollout side has stopped, while the env stack still runs (checks). */
   readonly afterTraining?: (run: { readonly controllerUrl: string; readonly controllerToken: string }) => Promise<void>;
 }
@@ -72,7 +80,12 @@ export async function runPipeline(options: PipelineOptions): Promise<PipelineRes
   const checkpoints = transport.store("checkpoints");
   // Every role of the run shares fresh secrets unless the environment sets them (AGENTRL_ENV_SECRET, ...).
   const secrets = withGeneratedSecrets();
-  const supervisor = new Supervisor(runDir, { ...process.env, ...secretEnv(secrets) });
+  const niceness = RoleNiceness.parse(options.niceness ?? {});
+  const supervisor = new Supervisor(
+    runDir,
+    { ...process.env, ...secretEnv(secrets) },
+    { nicenessOf: (name) => nicenessFor(niceness, name) },
+  );
   const abort = () => void supervisor.stopAll();
   options.signal?.addEventListener("abort", abort, { once: true });
   let interrupted = false;

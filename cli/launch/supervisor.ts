@@ -3,6 +3,7 @@ import { createWriteStream, mkdirSync, type WriteStream } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { AgentRlError } from "../../shared/errors.ts";
+import { addNiceness } from "./priority.ts";
 
 /** The package entry every role process starts from. */
 export const AGENTRL_BIN = fileURLToPath(new URL("../../bin/agentrl.mjs", import.meta.url));
@@ -34,6 +35,14 @@ export interface RoleExit {
   readonly signal: NodeJS.Signals | null;
 }
 
+export interface SupervisorOptions {
+  /**
+   * Niceness to add to a role's process over the supervisor's own, by role name (cli/launch/priority.ts);
+   * applied at every (re)start and inherited by what the role starts. @default - every role at the supervisor's niceness
+   */
+  readonly nicenessOf?: (roleName: string) => number;
+}
+
 interface Running {
   readonly spec: RoleSpec;
   /** The current process (a restart replaces it). */
@@ -62,6 +71,7 @@ export class Supervisor {
   constructor(
     private readonly runDir: string,
     private readonly baseEnv: NodeJS.ProcessEnv = process.env,
+    private readonly options: SupervisorOptions = {},
   ) {
     mkdirSync(join(runDir, "logs"), { recursive: true });
     this.unexpectedExit = new Promise((resolve) => {
@@ -92,6 +102,15 @@ export class Supervisor {
     role.child = child;
     child.stdout?.pipe(log, { end: false });
     child.stderr?.pipe(log, { end: false });
+    const nice = this.options.nicenessOf?.(spec.name) ?? 0;
+    if (nice > 0 && child.pid !== undefined) {
+      const set = addNiceness(child.pid, nice);
+      log.write(
+        "niceness" in set
+          ? `[supervisor] ${spec.name} runs at niceness ${set.niceness} (+${nice})\n`
+          : `[supervisor] ${spec.name}: could not add niceness ${nice} (${set.error}); it runs at the launcher's\n`,
+      );
+    }
     role.listening = new Promise<string>((resolve, reject) => {
       let buffered = "";
       const onData = (chunk: Buffer) => {
@@ -122,6 +141,11 @@ export class Supervisor {
       if (!expected) this.reportUnexpected(exit);
       finish(exit);
     });
+  }
+
+  /** Process id of a role's current process (undefined before it started or for an unknown name). */
+  pidOf(name: string): number | undefined {
+    return this.running.findLast((r) => r.spec.name === name)?.child.pid;
   }
 
   /** How often a role was restarted after dying. */

@@ -1,0 +1,80 @@
+/**
+ * The last line of a bench's output: one JSON object with its headline figures under stable keys,
+ * so a script (or a test) reads the figures without parsing the table above it.
+ */
+import { loadavg } from "node:os";
+import { z } from "zod";
+
+/** A measured figure; null where a run left it out (a skipped phase), never NaN (JSON has none). */
+const Figure = z.number().nullable();
+
+/** `npm run bench:pipeline`. */
+export const PipelineSummary = z.object({
+  /** Async over sync trajectories/s reaching the trainer, steady state. */
+  asyncOverSync: Figure,
+  /** The upper bound on that ratio (bench/pipelineBound.ts). */
+  bound: Figure,
+  asyncTrajPerS: Figure,
+  syncTrajPerS: Figure,
+  /** "window" or "slots": what the async bound is limited by. */
+  limitedBy: z.string(),
+  /** Async with the other trainer niceness of --compare-nice (+5, or 0 under --trainer-nice); null without it. */
+  asyncCompareNiceTrajPerS: Figure,
+  load1: z.number(),
+});
+export type PipelineSummary = z.infer<typeof PipelineSummary>;
+
+/** `npm run bench:transport`. */
+export const TransportSummary = z.object({
+  /** send+receive+delete cycles per second, one message at a time, local transport. */
+  localMsgPerS: Figure,
+  /** The same in batches of 10. */
+  localBatchedMsgPerS: Figure,
+  /** The same two per second of the bench process's CPU time: steadier than wall clock on a loaded machine. */
+  localMsgPerCpuS: Figure,
+  localBatchedMsgPerCpuS: Figure,
+  localPutP50Ms: Figure,
+  localGetP50Ms: Figure,
+  /** The aws transport on moto; null with --local-only. */
+  motoMsgPerS: Figure,
+  motoBatchedMsgPerS: Figure,
+  motoPutP50Ms: Figure,
+  motoGetP50Ms: Figure,
+  load1: z.number(),
+});
+export type TransportSummary = z.infer<typeof TransportSummary>;
+
+/** A figure for the summary: rounded to 3 decimals, null when not finite. */
+export function figure(x: number | undefined): number | null {
+  return x === undefined || !Number.isFinite(x) ? null : Math.round(x * 1000) / 1000;
+}
+
+/** The 1-minute load average, to read beside every figure on a shared machine. */
+export function load1(): number {
+  return figure(loadavg()[0]) ?? 0;
+}
+
+/**
+ * Writes the summary as the last line of stdout, after checking it against its schema.
+ *
+ * @example
+ * printSummary(TransportSummary, { localMsgPerS: 4077, ... }) // {"localMsgPerS":4077,...}
+ */
+export function printSummary<T extends z.ZodTypeAny>(schema: T, summary: z.input<T>): void {
+  process.stdout.write(`${JSON.stringify(schema.parse(summary))}\n`);
+}
+
+/**
+ * Reads a bench's output: its last non-empty line, parsed as JSON and checked against `schema`.
+ * Throws naming the line when it is not one.
+ */
+export function parseSummary<T extends z.ZodTypeAny>(schema: T, stdout: string): z.output<T> {
+  const last = stdout.trimEnd().split("\n").at(-1) ?? "";
+  let json: unknown;
+  try {
+    json = JSON.parse(last);
+  } catch {
+    throw new Error(`the last output line is not JSON: ${JSON.stringify(last.slice(0, 200))}`);
+  }
+  return schema.parse(json);
+}

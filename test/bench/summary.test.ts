@@ -1,0 +1,35 @@
+import { fileURLToPath } from "node:url";
+import { describe, expect, it } from "vitest";
+import { figure, parseSummary, TransportSummary } from "../../bench/summary.ts";
+import { runProcess } from "../support/cli.ts";
+
+const TRANSPORT_BENCH = fileURLToPath(new URL("../../bench/transport.ts", import.meta.url));
+
+describe("bench summary line", () => {
+  it("bench:transport ends with its JSON summary (tiny local-only run)", async () => {
+    const args = ["--import", "tsx", TRANSPORT_BENCH, "--local-only", "--messages", "40", "--objects", "5"];
+    const run = await runProcess(process.execPath, [...args, "--phase-ms", "2000"], { timeoutMs: 60_000 });
+    expect(run.status, run.stderr).toBe(0);
+    const summary = parseSummary(TransportSummary, run.stdout);
+    // 40 one-at-a-time cycles and 40 batched ones ran, so both rates are measured and positive
+    expect(summary.localMsgPerS).toBeGreaterThan(0);
+    expect(summary.localBatchedMsgPerS).toBeGreaterThan(0);
+    expect(summary.localMsgPerCpuS).toBeGreaterThan(0);
+    expect(summary.localBatchedMsgPerCpuS).toBeGreaterThan(0);
+    expect(summary.localPutP50Ms).toBeGreaterThan(0);
+    expect(summary.motoMsgPerS).toBeNull();
+    // the table comes first: the summary is the last line only
+    expect(run.stdout).toMatch(/send\+receive\+delete, 1 at a time \(msg\/s\) +\| \d+ \(n=40\)/);
+  });
+
+  it("a last line that is not JSON, or lacks a key, is refused", () => {
+    expect(() => parseSummary(TransportSummary, "table\ntotal 3 s\n")).toThrow(/not JSON: "total 3 s"/);
+    expect(() => parseSummary(TransportSummary, '{"localMsgPerS": 1}')).toThrow(/localBatchedMsgPerS/);
+  });
+
+  it("figures are rounded, and what is not finite becomes null", () => {
+    expect(figure(1.23456)).toBe(1.235);
+    expect(figure(Number.NaN)).toBeNull();
+    expect(figure(undefined)).toBeNull();
+  });
+});
