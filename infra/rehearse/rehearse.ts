@@ -445,8 +445,16 @@ function dropAction(
     const actions = [statement.Action].flat();
     if (!actions.includes(drop.action) || !resources.some((r) => drop.resource.test(r))) return [statement];
     dropped = true;
+    // Only that action on only the matching resources: CDK merges statements with the same actions,
+    // so one statement may also grant it on resources the drop must leave alone.
+    const others = resources.filter((r) => !drop.resource.test(r));
     const rest = actions.filter((a) => a !== drop.action);
-    return rest.length > 0 ? [{ ...statement, Action: rest }] : [];
+    return [
+      ...(others.length > 0 ? [{ ...statement, Resource: others }] : []),
+      ...(rest.length > 0
+        ? [{ ...statement, Action: rest, Resource: resources.filter((r) => drop.resource.test(r)) }]
+        : []),
+    ];
   });
   if (!dropped) throw new Error(`no statement grants ${drop.action} on ${drop.resource}`);
   return out;
