@@ -115,35 +115,38 @@ async function injectFaults(runDir: string): Promise<InjectedFaults> {
     POLL_MS,
   );
   const controllerUrl = logRecords(runDir, "controller").find((r) => r.event === "listening")?.url as string;
-  await waitFor(
-    async () => {
-      const sessions = (await (
-        await fetch(`${controllerUrl}/api/list_sessions`, {
-          headers: { authorization: `Bearer ${CONTROLLER_SECRET}` },
-        })
-      ).json()) as Record<string, { name: string }>;
-      return Object.values(sessions).some((session) => session.name === "db");
-    },
-    120_000,
-    "a running db episode",
-    POLL_MS,
-  );
+  const dbSessionRunning = async () => {
+    const sessions = (await (
+      await fetch(`${controllerUrl}/api/list_sessions`, {
+        headers: { authorization: `Bearer ${CONTROLLER_SECRET}` },
+      })
+    ).json()) as Record<string, { name: string }>;
+    return Object.values(sessions).some((session) => session.name === "db");
+  };
+  const retriedEpisodes = () =>
+    logRecords(runDir, "rollout-0")
+      .filter((r) => r.msg === "infrastructure failure; retrying with a fresh session")
+      .map((r) => r.trajectoryId as string);
   const killed: string[] = [];
-  const workers = childPids("agentrl.mjs env serve db");
-  for (const pid of workers) process.kill(pid, "SIGKILL");
-  if (workers.length > 0) killed.push("env-db");
   let retried: string[] = [];
-  await waitFor(
-    () => {
-      retried = logRecords(runDir, "rollout-0")
-        .filter((r) => r.msg === "infrastructure failure; retrying with a fresh session")
-        .map((r) => r.trajectoryId as string);
-      return retried.length > 0;
-    },
-    120_000,
-    "the rollout worker to retry the lost episode",
-    POLL_MS,
-  );
+  // A db episode can end between the listing and the kill, and then none is lost: kill the
+  // worker the pool starts next during its episode, a few times at most.
+  for (let round = 0; round < 3 && retried.length === 0; round++) {
+    await waitFor(dbSessionRunning, 120_000, "a running db episode", POLL_MS);
+    const workers = childPids("agentrl.mjs env serve db");
+    for (const pid of workers) process.kill(pid, "SIGKILL");
+    if (workers.length > 0 && !killed.includes("env-db")) killed.push("env-db");
+    await waitFor(
+      () => {
+        retried = retriedEpisodes();
+        return retried.length > 0;
+      },
+      40_000,
+      "the rollout worker to retry the lost episode",
+      POLL_MS,
+    ).catch(() => undefined);
+  }
+  if (retried.length === 0) throw new Error("the rollout worker never retried an episode lost with its env worker");
   const configFile = join(runDir, "config.json");
   for (const role of ["trainer", "rollout"]) {
     const pids = childPids(`agentrl.mjs ${role} --config ${configFile}`);
