@@ -44,6 +44,7 @@ import { exampleNumbers, exampleTask } from "../env-images/example/index.ts";
 import type { RunningController } from "../functions/controller/controller.ts";
 import { type RunningWorker, serveTask } from "../shared/env/worker.ts";
 import { createLogger } from "../shared/log.ts";
+import { ControllerSummary, printSummary } from "./summary.ts";
 
 const USAGE =
   "usage: tsx bench/controller.ts [--sessions N] [--workers N] [--worker-procs N] [--clients N] [--phase-s N] " +
@@ -576,18 +577,16 @@ async function main(options: Options): Promise<void> {
   controller.process.send({ type: "stop" } satisfies Command);
   await new Promise((r) => controller.process.once("exit", r));
   if (profile) process.stdout.write(`controller CPU profile written under ${profile}\n`);
-  process.stdout.write(
-    `${JSON.stringify({
-      p99MsAt1000: round(at1000?.p99),
-      saturationReqPerS: saturation,
-      sessionsHeld: minHeld,
-      p50MsAt1000: round(at1000?.p50),
-      controllerCpuMsPerReqAt1000: round(at1000?.controllerMsPerReq, 3),
-      controllerCeilingReqPerS: round(ceiling, 0),
-      loadAverage1: round(loadavg()[0]),
-      cores: cpus().length,
-    })}\n`,
-  );
+  printSummary(ControllerSummary, {
+    p99MsAt1000: round(at1000?.p99),
+    saturationReqPerS: saturation,
+    sessionsHeld: minHeld,
+    p50MsAt1000: round(at1000?.p50),
+    controllerCpuMsPerReqAt1000: round(at1000?.controllerMsPerReq, 3),
+    controllerCeilingReqPerS: round(ceiling, 0),
+    loadAverage1: round(loadavg()[0]),
+    cores: cpus().length,
+  });
 }
 
 function round(value: number | undefined, digits = 2): number | null {

@@ -25,6 +25,7 @@ import { ModelConfig } from "../shared/config/policy.ts";
 import { type BackendPreference, createPolicy, initBackend } from "../shared/model/index.ts";
 import { BatchScheduler, type Generator } from "../trainer-image/policy-server/scheduler.ts";
 import { ThreadedScheduler } from "../trainer-image/policy-server/threaded.ts";
+import { PolicySummary, printSummary } from "./summary.ts";
 
 const preference = (process.env.AGENTRL_BACKEND ?? "auto") as BackendPreference;
 if (!["auto", "tensorflow", "wasm", "cpu"].includes(preference)) {
@@ -243,20 +244,18 @@ policy.dispose();
 console.log(`\nbench finished in ${((performance.now() - started) / 1000).toFixed(1)} s`);
 const wide = decodeRows.find((row) => row.n === 64)!;
 const round = (x: number, digits: number) => Number(x.toFixed(digits));
-console.log(
-  JSON.stringify({
-    decodeSpeedup64: round(wide.batched.cpu / wide.single.cpu, 2),
-    decodeTokPerS64: round(wide.batched.cpu, 0),
-    decodeTokPerS1: round(wide.single.cpu, 0),
-    trainTokPerS: round(train.cpu, 0),
-    workerTokPerS64: round(schedulerRows["worker 64"]!.cpu, 0),
-    inThreadTokPerS64: round(schedulerRows["in-thread 64"]!.cpu, 0),
-    workerTokPerS1: round(schedulerRows["worker 1"]!.cpu, 0),
-    inThreadTokPerS1: round(schedulerRows["in-thread 1"]!.cpu, 0),
-    workerLoopGapMs64: round(schedulerRows["worker 64"]!.loopGapMaxMs, 1),
-    inThreadLoopGapMs64: round(schedulerRows["in-thread 64"]!.loopGapMaxMs, 1),
-    trainMatmulFraction: round((train.cpu * trainFlopsPerToken) / 1e9 / matmulGflops.cpu, 3),
-    matmulGflops: round(matmulGflops.cpu, 2),
-    loadAverage: round(loadavg()[0]!, 2),
-  }),
-);
+printSummary(PolicySummary, {
+  decodeSpeedup64: round(wide.batched.cpu / wide.single.cpu, 2),
+  decodeTokPerS64: round(wide.batched.cpu, 0),
+  decodeTokPerS1: round(wide.single.cpu, 0),
+  trainTokPerS: round(train.cpu, 0),
+  workerTokPerS64: round(schedulerRows["worker 64"]!.cpu, 0),
+  inThreadTokPerS64: round(schedulerRows["in-thread 64"]!.cpu, 0),
+  workerTokPerS1: round(schedulerRows["worker 1"]!.cpu, 0),
+  inThreadTokPerS1: round(schedulerRows["in-thread 1"]!.cpu, 0),
+  workerLoopGapMs64: round(schedulerRows["worker 64"]!.loopGapMaxMs, 1),
+  inThreadLoopGapMs64: round(schedulerRows["in-thread 64"]!.loopGapMaxMs, 1),
+  trainMatmulFraction: round((train.cpu * trainFlopsPerToken) / 1e9 / matmulGflops.cpu, 3),
+  matmulGflops: round(matmulGflops.cpu, 2),
+  loadAverage: round(loadavg()[0]!, 2),
+});

@@ -44,6 +44,44 @@ export const TransportSummary = z.object({
 });
 export type TransportSummary = z.infer<typeof TransportSummary>;
 
+/** `npm run bench:policy` (tokens/s are per CPU second). */
+export const PolicySummary = z.object({
+  /** Batched decode over one sequence at a time, 64 concurrent. */
+  decodeSpeedup64: Figure,
+  decodeTokPerS64: Figure,
+  decodeTokPerS1: Figure,
+  trainTokPerS: Figure,
+  /** Through the scheduler, decode in its worker thread and in this thread. */
+  workerTokPerS64: Figure,
+  inThreadTokPerS64: Figure,
+  workerTokPerS1: Figure,
+  inThreadTokPerS1: Figure,
+  /** The longest the HTTP thread's event loop went without turning, 64 concurrent. */
+  workerLoopGapMs64: Figure,
+  inThreadLoopGapMs64: Figure,
+  /** Training's achieved GFLOP/s over the backend's own 512² matMul. */
+  trainMatmulFraction: Figure,
+  matmulGflops: Figure,
+  loadAverage: z.number(),
+});
+export type PolicySummary = z.infer<typeof PolicySummary>;
+
+/** `npm run bench:controller`. */
+export const ControllerSummary = z.object({
+  p99MsAt1000: Figure,
+  /** The highest offered rate kept up, every lower one too. */
+  saturationReqPerS: z.number(),
+  /** Sessions open throughout (at least). */
+  sessionsHeld: z.number(),
+  p50MsAt1000: Figure,
+  controllerCpuMsPerReqAt1000: Figure,
+  /** What one core could carry at the controller's CPU per request at 1,000 req/s. */
+  controllerCeilingReqPerS: Figure,
+  loadAverage1: Figure,
+  cores: z.number(),
+});
+export type ControllerSummary = z.infer<typeof ControllerSummary>;
+
 /** A figure for the summary: rounded to 3 decimals, null when not finite. */
 export function figure(x: number | undefined): number | null {
   return x === undefined || !Number.isFinite(x) ? null : Math.round(x * 1000) / 1000;
