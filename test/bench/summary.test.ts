@@ -1,9 +1,10 @@
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
-import { figure, parseSummary, TransportSummary } from "../../bench/summary.ts";
+import { figure, PolicySummary, parseSummary, TransportSummary } from "../../bench/summary.ts";
 import { runProcess } from "../support/cli.ts";
 
 const TRANSPORT_BENCH = fileURLToPath(new URL("../../bench/transport.ts", import.meta.url));
+const POLICY_BENCH = fileURLToPath(new URL("../../bench/policy.ts", import.meta.url));
 
 describe("bench summary line", () => {
   it("bench:transport ends with its JSON summary (tiny local-only run)", async () => {
@@ -21,6 +22,19 @@ describe("bench summary line", () => {
     // the table comes first: the summary is the last line only
     expect(run.stdout).toMatch(/send\+receive\+delete, 1 at a time \(msg\/s\) +\| \d+ \(n=40\)/);
   });
+
+  it("bench:policy ends with its JSON summary (short measurements)", async () => {
+    const run = await runProcess(process.execPath, ["--import", "tsx", POLICY_BENCH], {
+      timeoutMs: 120_000,
+      env: { BENCH_SECONDS: "0.2", AGENTRL_BACKEND: "wasm" },
+    });
+    expect(run.status, run.stderr).toBe(0);
+    const summary = parseSummary(PolicySummary, run.stdout);
+    expect(summary.decodeSpeedup64).toBeGreaterThan(0);
+    expect(summary.workerTokPerS64).toBeGreaterThan(0);
+    expect(summary.trainMatmulFraction).toBeGreaterThan(0);
+    expect(run.stdout).toMatch(/decode tokens\/s/);
+  }, 150_000);
 
   it("a last line that is not JSON, or lacks a key, is refused", () => {
     expect(() => parseSummary(TransportSummary, "table\ntotal 3 s\n")).toThrow(/not JSON: "total 3 s"/);
