@@ -11,14 +11,19 @@ export function bearerHeader(secret: string | undefined): Record<string, string>
   return secret === undefined ? {} : { authorization: `Bearer ${secret}` };
 }
 
+function sha256(text: string): Buffer {
+  return createHash("sha256").update(text).digest();
+}
+
+/** True when the `authorization` header carries exactly the token whose sha256 is `expected`. */
+function bearerMatchesDigest(header: string | undefined, expected: Buffer): boolean {
+  const match = /^Bearer (\S+)$/i.exec(header?.trim() ?? "");
+  return match !== null && timingSafeEqual(sha256(match[1] ?? ""), expected);
+}
+
 /** True when the `authorization` header carries exactly `Bearer <secret>`. */
 export function bearerMatches(header: string | undefined, secret: string): boolean {
-  const match = /^Bearer (\S+)$/i.exec(header?.trim() ?? "");
-  const given = createHash("sha256")
-    .update(match?.[1] ?? "")
-    .digest();
-  const expected = createHash("sha256").update(secret).digest();
-  return match !== null && timingSafeEqual(given, expected);
+  return bearerMatchesDigest(header, sha256(secret));
 }
 
 /**
@@ -27,8 +32,10 @@ export function bearerMatches(header: string | undefined, secret: string): boole
  * @example app.use("/api/*", requireBearer(secrets.envSecret, "env workers"))
  */
 export function requireBearer(secret: string | undefined, who: string): MiddlewareHandler {
+  // hashed once, not on every request (the controller checks a secret on each of thousands a second)
+  const expected = secret === undefined ? undefined : sha256(secret);
   return async (c, next) => {
-    if (secret === undefined || bearerMatches(c.req.header("authorization"), secret)) return next();
+    if (expected === undefined || bearerMatchesDigest(c.req.header("authorization"), expected)) return next();
     c.header("www-authenticate", 'Bearer realm="agentrl"');
     return c.json(
       { error: `unauthorized: this endpoint is for ${who} and needs "authorization: Bearer <secret>"` },
