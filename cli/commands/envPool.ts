@@ -90,7 +90,7 @@ export function registerPool(env: Command): void {
       const { controllerSecret } = readSecrets();
       // With a config, queued rollout requests count as demand (this task's weight share of them).
       const transport = config
-        ? await (await import("../../shared/transport/index.ts")).createRoleTransport(config.transport, "envpool")
+        ? await (await import("../../shared/transport/index.ts")).createRoleTransport(config, "envpool")
         : undefined;
       const { queuedDemand } = await import("../../functions/envpool/policy.ts");
       const totalWeight = config?.tasks.mix.reduce((sum, e) => sum + e.weight, 0) ?? 0;

@@ -14,7 +14,7 @@ export function register(program: Command): void {
       const config = await configFromOptions(options);
       const { createRoleTransport } = await import("../../shared/transport/index.ts");
       const { versionsFromEvents, runFeeder } = await import("../../functions/feeder/index.ts");
-      const transport = await createRoleTransport(config.transport, "feeder");
+      const transport = await createRoleTransport(config, "feeder");
       const stop = new AbortController();
       process.once("SIGINT", () => stop.abort());
       process.once("SIGTERM", () => stop.abort());

@@ -29,7 +29,7 @@ export function register(program: Command): void {
         const config = await configFromOptions(options);
         const { createRoleTransport } = await import("../../shared/transport/index.ts");
         const { rolloutDepsFromUrls, runRolloutWorker } = await import("../../functions/rollout/index.ts");
-        const transport = await createRoleTransport(config.transport, "rollout");
+        const transport = await createRoleTransport(config, "rollout");
         const stop = new AbortController();
         process.once("SIGINT", () => stop.abort());
         process.once("SIGTERM", () => stop.abort());

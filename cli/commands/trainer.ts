@@ -22,7 +22,7 @@ export function register(program: Command): void {
         process.stderr.write(
           `${JSON.stringify({ event: "warning", role: "trainer", message: `dropped a partial last line (${cut} bytes) from ${metricsFile}: the trainer was killed while writing it` })}\n`,
         );
-      const transport = await createRoleTransport(config.transport, "trainer");
+      const transport = await createRoleTransport(config, "trainer");
       const stop = new AbortController();
       process.once("SIGINT", () => stop.abort());
       process.once("SIGTERM", () => stop.abort());

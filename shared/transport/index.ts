@@ -3,6 +3,7 @@
  * SQS/S3 (`aws`) implementation; both honour the same contracts (see types.ts).
  */
 import type { ContainerRole } from "../config/containerEnv.ts";
+import { accessFeaturesOf, forFeatures, ROLE_ACCESS } from "../config/roleAccess.ts";
 import type { TransportConfig } from "../config/transport.ts";
 import { restrictTransport } from "./restricted.ts";
 import type { Transport } from "./types.ts";
@@ -44,11 +45,20 @@ export async function createTransport(
 
 /**
  * The transport of one pipeline role: `createTransport` seen through the role's row of the
- * role-access table (shared/config/roleAccess.ts), so touching anything else fails here as IAM
- * would fail it in AWS. Roles never create resources: the orchestrator (`agentrl train`) or the
- * deployed stacks own them.
- * @example const transport = await createRoleTransport(config.transport, "feeder");
+ * role-access table (shared/config/roleAccess.ts), less the rows of features this experiment does
+ * not use, so touching anything else fails here as IAM would fail it in AWS (infra grants the same
+ * rows). Roles never create resources: the orchestrator (`agentrl train`) or the deployed stacks
+ * own them.
+ * @example const transport = await createRoleTransport(config, "feeder");
  */
-export async function createRoleTransport(config: TransportConfig, role: ContainerRole): Promise<Transport> {
-  return restrictTransport(await createTransport(config, { ensureResources: false }), role);
+export async function createRoleTransport(
+  config: {
+    readonly transport: TransportConfig;
+    readonly policy: { readonly syncEngines: readonly unknown[] };
+    readonly rollout: { readonly versionSource: string };
+  },
+  role: ContainerRole,
+): Promise<Transport> {
+  const access = forFeatures(ROLE_ACCESS[role], accessFeaturesOf(config));
+  return restrictTransport(await createTransport(config.transport, { ensureResources: false }), role, { access });
 }

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { parseConfig } from "../../shared/config/index.ts";
 import { ROLE_ACCESS } from "../../shared/config/roleAccess.ts";
-import { createTransport } from "../../shared/transport/index.ts";
+import { createRoleTransport, createTransport } from "../../shared/transport/index.ts";
 import { type RoleAccessError, restrictTransport } from "../../shared/transport/restricted.ts";
 import { tempDir } from "../support/tmp.ts";
 
@@ -31,6 +31,33 @@ describe("a role's Transport view restricted to its row of the role-access table
       expect(refused.map((e) => e.role)).toEqual(["feeder", "feeder", "feeder", "feeder", "feeder"]);
     } finally {
       await feeder.close();
+    }
+  });
+
+  it("createRoleTransport leaves out the rows of features the experiment does not use, as infra's grants do", async () => {
+    const localDir = tempDir("agentrl-role-features-");
+    const plain = parseConfig({ transport: { localDir } });
+    const synced = parseConfig({
+      transport: { localDir },
+      policy: {
+        exportHf: true,
+        syncEngines: [{ id: "vllm-0", url: "http://vllm:8000", dialect: "vllm", modelDir: "/models/m" }],
+      },
+      rollout: { versionSource: "sync", syncEngine: "vllm-0" },
+    });
+    await (await createTransport(plain.transport)).close(); // the orchestrator creates the resources
+    const without = await createRoleTransport(plain, "rollout");
+    const withSync = await createRoleTransport(synced, "rollout");
+    try {
+      await expect(without.store("checkpoints").getText("engines/vllm-0.json")).rejects.toThrow(
+        "role rollout may not get (read) checkpoints store key engines/vllm-0.json",
+      );
+      expect(await withSync.store("checkpoints").getText("engines/vllm-0.json")).toBeUndefined();
+      // the rows every experiment uses stay
+      expect(await without.store("checkpoints").list("policies/")).toEqual([]);
+    } finally {
+      await without.close();
+      await withSync.close();
     }
   });
 

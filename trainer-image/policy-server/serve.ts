@@ -106,7 +106,7 @@ export async function resolveStartingPolicy(
 export async function servePolicy(options: ServePolicyOptions): Promise<RunningPolicyServer> {
   const { config, pool, log } = options;
   const staleEvery = options.staleEvery ?? config.rollout.crossPolicy.staleEvery;
-  const transport = options.store ? undefined : await createRoleTransport(config.transport, "policy");
+  const transport = options.store ? undefined : await createRoleTransport(config, "policy");
   const store = options.store ?? (transport?.store("checkpoints") as ObjectStore);
   // before resolving: a Hugging Face folder named by policy.init is imported into TF.js tensors
   const backend = await initBackend(config.policy.backend);
