@@ -93,6 +93,32 @@ describe("attention row kernels", () => {
         });
       }
   });
+
+  it("silu(g)·u: wasm SIMD and plain JS agree with Math.exp, including saturated inputs", () => {
+    const memories = [new KernelMemory(), new KernelMemory({ simd: false })];
+    const width = 96;
+    // g spans −120..120 (past the ±87 clamp), u varies in sign and size.
+    const g = Array.from({ length: width }, (_, i) => -120 + (240 * i) / (width - 1));
+    const u = Array.from({ length: width }, (_, i) => Math.cos(i * 0.7) * 3);
+    const [simd, js] = memories.map((m) => {
+      const gp = m.alloc(width);
+      const up = m.alloc(width);
+      const out = m.alloc(width);
+      m.floats.set(g, gp >> 2);
+      m.floats.set(u, up >> 2);
+      m.kernels.siluMul(gp, up, out, width * 4);
+      return [...m.floats.subarray(out >> 2, (out >> 2) + width)];
+    });
+    g.forEach((x, i) => {
+      const expected = (Math.fround(x) * Math.fround(u[i]!)) / (1 + Math.exp(-Math.fround(x)));
+      const tolerance = 1e-6 * Math.max(1, Math.abs(expected));
+      expect(Math.abs(simd![i]! - expected)).toBeLessThan(tolerance);
+      expect(Math.abs(js![i]! - expected)).toBeLessThan(tolerance);
+    });
+    // Saturation: silu(−120) is 0, silu(120)·u is 120·u.
+    expect(Math.abs(simd![0]!)).toBeLessThan(1e-30);
+    expect(simd![width - 1]).toBeCloseTo(120 * Math.fround(u[width - 1]!), 3);
+  });
 });
 
 describe("batched decoding", () => {
