@@ -314,7 +314,8 @@ policy.trainStep(batch, 1, loss);
 const tensorsBefore = tf.memory().numTensors;
 // At least 10 steps (the bar for a training figure; a step takes ~1 s, so BENCH_SECONDS
 // alone gave two, and trainMatmulFraction spread 0.26..0.36 over three runs).
-const train = rate(batchTokens, () => policy.trainStep(batch, 1, loss), Number.POSITIVE_INFINITY, 10);
+// BENCH_SECONDS under 1 is a smoke run (the summary test's): one step.
+const train = rate(batchTokens, () => policy.trainStep(batch, 1, loss), Number.POSITIVE_INFINITY, seconds < 1 ? 1 : 10);
 const tensorsAfter = tf.memory().numTensors;
 const forward = rate(batchTokens, () => policy.logProbs(batch, 1), 3);
 matmulGflops = measureMatmul(3);
