@@ -50,6 +50,10 @@ export const PolicySummary = z.object({
   decodeSpeedup64: Figure,
   decodeTokPerS64: Figure,
   decodeTokPerS1: Figure,
+  /** The same three per second of the decoding thread's own CPU time (V8's GC helper threads left out). */
+  decodeSpeedup64Thread: Figure,
+  decodeTokPerS64Thread: Figure,
+  decodeTokPerS1Thread: Figure,
   trainTokPerS: Figure,
   /** Through the scheduler, decode in its worker thread and in this thread. */
   workerTokPerS64: Figure,

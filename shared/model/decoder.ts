@@ -1,7 +1,8 @@
-import * as tf from "@tensorflow/tfjs";
+import type * as tf from "@tensorflow/tfjs";
 import { AgentRlError } from "../errors.ts";
+import { DecodeWeights, hostMatMul } from "./decodeWeights.ts";
 import { KernelMemory } from "./kernel.ts";
-import { tidyRead } from "./ops.ts";
+import type { Dims } from "./ops.ts";
 import type { TransformerPolicy } from "./transformer.ts";
 import type { Decoder, InferencePolicy } from "./types.ts";
 
@@ -35,6 +36,47 @@ export interface PrefixCacheStats {
   reusedTokens: number;
   /** Prompt tokens prefilled (computed). */
   prefilledTokens: number;
+}
+
+/** y = x / rms(x) · g for `rows` rows of width `width`, into `y` (the training path's rmsNormForward, without allocating). */
+function rmsNormInto(
+  x: Float32Array,
+  g: Float32Array,
+  rows: number,
+  width: number,
+  eps: number,
+  y: Float32Array,
+): void {
+  for (let n = 0; n < rows; n++) {
+    const o = n * width;
+    let ss = 0;
+    for (let j = 0; j < width; j++) ss += x[o + j]! * x[o + j]!;
+    const r = 1 / Math.sqrt(ss / width + eps);
+    for (let j = 0; j < width; j++) y[o + j] = x[o + j]! * r * g[j]!;
+  }
+}
+
+/** Host rows a pass works in, reused across steps (grown for a longer prefill). */
+class PassBuffers {
+  readonly rows: number;
+  /** Residual stream [rows, d]. */
+  readonly x: Float32Array;
+  /** Normed rows [rows, d]. */
+  readonly h: Float32Array;
+  /** q|k|v rows [rows, qkvWidth]. */
+  readonly qkv: Float32Array;
+  /** Attention output [rows, heads·hd]. */
+  readonly attn: Float32Array;
+  /** silu(gate)·up [rows, ffnHidden]. */
+  readonly ffn: Float32Array;
+  constructor(rows: number, dims: Dims) {
+    this.rows = rows;
+    this.x = new Float32Array(rows * dims.dModel);
+    this.h = new Float32Array(rows * dims.dModel);
+    this.qkv = new Float32Array(rows * dims.qkvWidth);
+    this.attn = new Float32Array(rows * dims.heads * dims.headDim);
+    this.ffn = new Float32Array(rows * dims.ffnHidden);
+  }
 }
 
 function isTransformer(policy: InferencePolicy): policy is TransformerPolicy {
@@ -73,6 +115,10 @@ export class KvDecoder implements Decoder {
   private readonly scratch: { q: number; scores: number; out: number };
   private readonly retired: SlotState[] = [];
   private readonly prefixCacheEntries: number;
+  private weights: DecodeWeights | undefined;
+  private buffers: PassBuffers | undefined;
+  /** Kernel-memory rows for SwiGLU: gate|up products [rows, 2F] and silu(gate)·up [rows, F]. */
+  private ffnScratch: { rows: number; gu: number; out: number } | undefined;
   readonly prefixStats: PrefixCacheStats = { hits: 0, reusedTokens: 0, prefilledTokens: 0 };
 
   constructor(
@@ -136,7 +182,13 @@ export class KvDecoder implements Decoder {
   private ensureRows(state: SlotState, rows: number): void {
     if (rows <= state.rowsAllocated) return;
     const width = this.kvWidth();
-    const next = Math.min(this.policy.config.contextLength, Math.max(rows, state.rowsAllocated * 2, 64));
+    // Whole size-class blocks (KernelMemory rounds up to a power of two anyway): the rows past the
+    // request are room for the answer, so a sequence does not move its cache on its first step.
+    const wanted = Math.max(rows, state.rowsAllocated * 2, 64);
+    const next = Math.min(
+      this.policy.config.contextLength,
+      Math.floor(KernelMemory.blockBytes(wanted * width) / 4 / width),
+    );
     const grow = (old: number) => {
       const fresh = this.memory.alloc(next * width);
       if (state.rowsAllocated > 0) {
@@ -207,7 +259,8 @@ export class KvDecoder implements Decoder {
   private prefill(policy: TransformerPolicy, state: SlotState): Float32Array {
     const from = state.length;
     const L = state.ids.length;
-    this.ensureRows(state, L);
+    // One row more than the prompt: its first generated token goes there.
+    this.ensureRows(state, Math.min(L + 1, policy.config.contextLength));
     const positions = Array.from({ length: L - from }, (_, i) => from + i);
     this.prefixStats.prefilledTokens += positions.length;
     const logits = this.forward(
@@ -220,28 +273,103 @@ export class KvDecoder implements Decoder {
     return logits;
   }
 
+  /** The policy's weights laid out for decoding, rebuilt when the policy or its weights change. */
+  private weightsFor(policy: TransformerPolicy): DecodeWeights {
+    if (!this.weights?.current(policy)) {
+      this.weights?.dispose();
+      this.weights = new DecodeWeights(policy);
+    }
+    return this.weights;
+  }
+
+  private buffersFor(rows: number, dims: Dims): PassBuffers {
+    if (!this.buffers || this.buffers.rows < rows) this.buffers = new PassBuffers(rows, dims);
+    return this.buffers;
+  }
+
   /**
    * One pass of `ids` through the blocks: each row's key and value are written to its sequence's
    * cache at its position and its query attends to positions 0..position of that cache. Returns
    * the next-token logits of every row ([rows·V]) or, with `lastOnly`, of the last row ([V]).
+   *
+   * The residual stream stays on the host between the matMuls (norms, SwiGLU, residual adds and
+   * attention are loops over it): per block four matMuls and nothing else runs as a TF.js op, and
+   * a step allocates nothing but its logits. Same math as the training path (TransformerPolicy.hidden).
    */
   private forward(policy: TransformerPolicy, ids: Int32Array, rows: RowBatch, lastOnly: boolean): Float32Array {
     const { dims } = policy;
+    const { dModel: d, ffnHidden: F, normEps: eps, qkvWidth: C } = dims;
     const n = ids.length;
-    return tidyRead(() => {
-      const hidden = policy.hidden(ids, (layer, qkv) =>
-        tf.tensor2d(this.attendRows(policy, layer, qkv.dataSync() as Float32Array, rows), [
-          n,
-          dims.heads * dims.headDim,
-        ]),
-      );
-      const wanted = lastOnly && n > 1 ? tf.slice(hidden, [n - 1, 0], [1, dims.dModel]) : hidden;
-      return policy.head(wanted).dataSync() as Float32Array;
+    const w = this.weightsFor(policy);
+    const b = this.buffersFor(n, dims);
+    const { x, h, qkv, attn, ffn } = b;
+    for (let r = 0; r < n; r++) x.set(w.embed.subarray(ids[r]! * d, ids[r]! * d + d), r * d);
+    const addToResidual = (product: Float32Array) => {
+      for (let i = 0; i < n * d; i++) x[i]! += product[i]!;
+    };
+    for (let l = 0; l < w.layers.length; l++) {
+      const layer = w.layers[l]!;
+      rmsNormInto(x, layer.attnNorm, n, d, eps, h);
+      hostMatMul(h, n, layer.wqkv, (product) => qkv.set(product.subarray(0, n * C)));
+      const bias = layer.bqkv;
+      if (bias) for (let i = 0; i < n * C; i++) qkv[i]! += bias[i % C]!;
+      this.attendRows(policy, l, qkv, rows, attn);
+      hostMatMul(attn, n, layer.wo, addToResidual);
+      rmsNormInto(x, layer.ffnNorm, n, d, eps, h);
+      const ffnRows = this.swiglu(h, n, layer.wGateUp, F, ffn);
+      hostMatMul(ffnRows, n, layer.wDown, addToResidual);
+    }
+    const first = lastOnly ? n - 1 : 0;
+    const m = n - first;
+    rmsNormInto(x.subarray(first * d), w.finalNorm, m, d, eps, h);
+    let logits = new Float32Array(0);
+    hostMatMul(h, m, w.head, (product) => {
+      logits = product.slice(0, m * dims.vocabSize);
     });
+    return logits;
   }
 
-  /** Rotary, cache write and attention for every row of one layer; returns [rows, heads·hd]. */
-  private attendRows(policy: TransformerPolicy, layer: number, buf: Float32Array, rows: RowBatch): Float32Array {
+  /**
+   * silu(h·Wgate)·(h·Wup) for n rows from the fused [d, 2F] matrix. Returns the [n, F] rows: in
+   * kernel memory (SIMD exp) when F fills whole f32x4 lanes, else in `fallback` (Math.exp).
+   */
+  private swiglu(h: Float32Array, n: number, wGateUp: tf.Tensor2D, F: number, fallback: Float32Array): Float32Array {
+    if (this.memory.simd && F % 4 === 0) {
+      if (!this.ffnScratch || this.ffnScratch.rows < n) {
+        if (this.ffnScratch) {
+          this.memory.free(this.ffnScratch.gu, this.ffnScratch.rows * 2 * F);
+          this.memory.free(this.ffnScratch.out, this.ffnScratch.rows * F);
+        }
+        this.ffnScratch = { rows: n, gu: this.memory.alloc(n * 2 * F), out: this.memory.alloc(n * F) };
+      }
+      const { gu, out } = this.ffnScratch;
+      hostMatMul(h, n, wGateUp, (product) => this.memory.floats.set(product.subarray(0, n * 2 * F), gu >> 2));
+      const rowBytes = F * 4;
+      for (let r = 0; r < n; r++)
+        this.memory.kernels.siluMul(gu + 2 * r * rowBytes, gu + (2 * r + 1) * rowBytes, out + r * rowBytes, rowBytes);
+      return this.memory.floats.subarray(out >> 2, (out >> 2) + n * F);
+    }
+    hostMatMul(h, n, wGateUp, (gu) => {
+      for (let r = 0; r < n; r++) {
+        const src = r * 2 * F;
+        const dst = r * F;
+        for (let j = 0; j < F; j++) {
+          const g = gu[src + j]!;
+          fallback[dst + j] = (g / (1 + Math.exp(-g))) * gu[src + F + j]!;
+        }
+      }
+    });
+    return fallback;
+  }
+
+  /** Rotary (in place in `buf`), cache write and attention for every row of one layer, into `out` [rows, heads·hd]. */
+  private attendRows(
+    policy: TransformerPolicy,
+    layer: number,
+    buf: Float32Array,
+    rows: RowBatch,
+    out: Float32Array,
+  ): void {
     const { dims, rope } = policy;
     const { heads, kvHeads, headDim: hd, qkvWidth: C } = dims;
     const rep = heads / kvHeads;
@@ -265,7 +393,6 @@ export class KvDecoder implements Decoder {
     const scale = 1 / Math.sqrt(hd);
     const hdBytes = hd * 4;
     const strideBytes = kvWidth * 4;
-    const out = new Float32Array(n * heads * hd);
     for (let i = 0; i < n; i++) {
       const state = rows.states[i]!;
       const positions = rows.positions[i]! + 1;
@@ -286,7 +413,6 @@ export class KvDecoder implements Decoder {
         for (let e = 0; e < hd; e++) out[dst + e] = f[oi + h * hd + e]! * inv;
       }
     }
-    return out;
   }
 
   step(slots: readonly number[], tokens: readonly number[]): Float32Array[] {
@@ -361,6 +487,9 @@ export class KvDecoder implements Decoder {
   }
 
   dispose(): void {
+    this.weights?.dispose();
+    this.weights = undefined;
+    this.buffers = undefined;
     for (const state of this.slots) if (state) this.release(state);
     for (const state of this.retired.splice(0)) this.release(state);
     this.slots.fill(undefined);

@@ -7,8 +7,9 @@
  * GFLOP/s, no faster than plain JS) and a 2-D matMul over all sequences at once would compute
  * every query against every sequence's keys (n× the work). Plain JS loops ran at ~1 GFLOP/s and
  * took ~52% of a 64-wide step (profile in notes/issue-24a). Two f32x4 loops are all attention
- * needs; they are assembled here from bytes (no compiler in the build, nothing to download), and
- * a plain-JS implementation of the same two functions is kept for head sizes that are not a
+ * needs; they are assembled here from bytes (no compiler in the build, nothing to download), with
+ * an exp for the softmax and for SwiGLU's silu (Math.exp in a JS loop took ~20% of a 64-wide step),
+ * and a plain-JS implementation of the same functions is kept for head sizes that are not a
  * multiple of 4 and as the test reference.
  */
 
@@ -23,9 +24,11 @@ export interface RowKernels {
    * the caller pads with −∞), returning their sum. Inputs at or below shift − 87 give ~1e−38.
    */
   expSum(p: number, bytes: number, shift: number): number;
+  /** out[i] = silu(g[i]) · u[i] = g[i] · u[i] / (1 + exp(−g[i])) for the floats in bytes (a multiple of 16 for SIMD). */
+  siluMul(g: number, u: number, out: number, bytes: number): void;
 }
 
-// --- a minimal WebAssembly binary writer (only what the two functions use) ---
+// --- a minimal WebAssembly binary writer (only what the four functions use) ---
 
 const I32 = 0x7f;
 const F32 = 0x7d;
@@ -61,6 +64,9 @@ const op = {
   f32x4Mul: [0xfd, 0xe6, 0x01],
   f32x4Sub: [0xfd, 0xe5, 0x01],
   f32x4Max: [0xfd, 0xe9, 0x01],
+  f32x4Min: [0xfd, 0xe8, 0x01],
+  f32x4Div: [0xfd, 0xe7, 0x01],
+  f32x4Neg: [0xfd, 0xe1, 0x01],
   f32x4Nearest: [0xfd, 0x6a],
   f32x4Splat: [0xfd, 0x13],
   i32x4TruncSatF32x4S: [0xfd, 0xf8, 0x01],
@@ -328,10 +334,69 @@ const expSumBody = [
   ...op.end,
 ];
 
-/** The module's bytes: one exported memory and the two functions. */
+// silu_mul(g, u, out, bytes); locals 4 i, 5 x, 6 n, 7 gv, 8 r. exp(−g) as in exp_sum, its
+// argument clamped to ±87 (beyond, silu is 0 or g to float precision).
+const siluMulBody = [
+  ...op.loop,
+  ...op.localGet(0),
+  ...op.localGet(4),
+  ...op.i32Add,
+  ...op.v128Load,
+  ...op.localSet(7),
+  ...op.localGet(7),
+  ...op.f32x4Neg,
+  ...op.f32x4Const(87),
+  ...op.f32x4Min,
+  ...op.f32x4Const(-87),
+  ...op.f32x4Max,
+  ...op.localSet(5),
+  ...op.localGet(5),
+  ...op.f32x4Const(Math.LOG2E),
+  ...op.f32x4Mul,
+  ...op.f32x4Nearest,
+  ...op.localSet(6),
+  ...op.localGet(5),
+  ...op.localGet(6),
+  ...op.f32x4Const(Math.LN2),
+  ...op.f32x4Mul,
+  ...op.f32x4Sub,
+  ...op.localSet(8),
+  ...op.f32x4Const(1 / 720),
+  ...horner,
+  ...op.localGet(6),
+  ...op.i32x4TruncSatF32x4S,
+  ...[0x41, 0xff, 0x00],
+  ...op.i32x4Splat,
+  ...op.i32x4Add,
+  ...op.i32Const(23),
+  ...op.i32x4Shl,
+  ...op.f32x4Mul,
+  ...op.f32x4Const(1),
+  ...op.f32x4Add,
+  ...op.localSet(5),
+  // out[i] = g · u / (1 + e)
+  ...op.localGet(2),
+  ...op.localGet(4),
+  ...op.i32Add,
+  ...op.localGet(7),
+  ...op.localGet(1),
+  ...op.localGet(4),
+  ...op.i32Add,
+  ...op.v128Load,
+  ...op.f32x4Mul,
+  ...op.localGet(5),
+  ...op.f32x4Div,
+  ...op.v128Store,
+  ...stepWhileBelow(4, op.i32Const(16), 3),
+  ...op.end,
+  ...op.end,
+];
+
+/** The module's bytes: one exported memory and the four functions. */
 export function kernelModuleBytes(initialPages: number): Uint8Array {
   const rowLocals = [...uleb(3), 3, I32, 3, V128, 1, I32];
   const expLocals = [...uleb(2), 1, I32, 5, V128];
+  const siluLocals = [...uleb(2), 1, I32, 4, V128];
   const body = (code: number[], locals = rowLocals) => {
     const b = [...locals, ...code];
     return [...uleb(b.length), ...b];
@@ -343,9 +408,10 @@ export function kernelModuleBytes(initialPages: number): Uint8Array {
       vec([
         [0x60, ...uleb(6), I32, I32, I32, I32, I32, I32, 0x00],
         [0x60, ...uleb(3), I32, I32, F32, 0x01, F32],
+        [0x60, ...uleb(4), I32, I32, I32, I32, 0x00],
       ]),
     ),
-    ...section(3, vec([[0x00], [0x00], [0x01]])),
+    ...section(3, vec([[0x00], [0x00], [0x01], [0x02]])),
     ...section(5, vec([[0x00, ...uleb(initialPages)]])),
     ...section(
       7,
@@ -354,9 +420,16 @@ export function kernelModuleBytes(initialPages: number): Uint8Array {
         [...name("dot_rows"), 0x00, 0x00],
         [...name("axpy_rows"), 0x00, 0x01],
         [...name("exp_sum"), 0x00, 0x02],
+        [...name("silu_mul"), 0x00, 0x03],
       ]),
     ),
-    ...section(10, [...uleb(3), ...body(dotRowsBody), ...body(axpyRowsBody), ...body(expSumBody, expLocals)]),
+    ...section(10, [
+      ...uleb(4),
+      ...body(dotRowsBody),
+      ...body(axpyRowsBody),
+      ...body(expSumBody, expLocals),
+      ...body(siluMulBody, siluLocals),
+    ]),
   ]);
 }
 
@@ -374,7 +447,7 @@ interface WasmApi {
 }
 const wasm = (globalThis as unknown as { WebAssembly: WasmApi }).WebAssembly;
 
-/** The same two functions in plain JS over a memory's float32 view (any head size). */
+/** The same four functions in plain JS over a memory's float32 view (any head size). */
 function jsKernels(floats: () => Float32Array): RowKernels {
   return {
     dotRows(q, k, out, rows, hdBytes, strideBytes) {
@@ -409,6 +482,13 @@ function jsKernels(floats: () => Float32Array): RowKernels {
       }
       return sum;
     },
+    siluMul(g, u, out, bytes) {
+      const f = floats();
+      const gi = g >> 2;
+      const ui = u >> 2;
+      const oi = out >> 2;
+      for (let i = 0; i < bytes >> 2; i++) f[oi + i] = (f[gi + i]! * f[ui + i]!) / (1 + Math.exp(-f[gi + i]!));
+    },
   };
 }
 
@@ -441,9 +521,15 @@ export class KernelMemory {
         dot_rows: RowKernels["dotRows"];
         axpy_rows: RowKernels["axpyRows"];
         exp_sum: RowKernels["expSum"];
+        silu_mul: RowKernels["siluMul"];
       };
       this.memory = exports.memory;
-      this.kernels = { dotRows: exports.dot_rows, axpyRows: exports.axpy_rows, expSum: exports.exp_sum };
+      this.kernels = {
+        dotRows: exports.dot_rows,
+        axpyRows: exports.axpy_rows,
+        expSum: exports.exp_sum,
+        siluMul: exports.silu_mul,
+      };
       this.simd = true;
     } else {
       this.memory = new wasm.Memory({ initial: 16 });
@@ -471,8 +557,10 @@ export class KernelMemory {
     if (reused !== undefined) return reused;
     const at = this.top;
     const end = at + bytes;
-    if (end > this.memory.buffer.byteLength)
-      this.memory.grow(Math.ceil((end - this.memory.buffer.byteLength) / PAGE_BYTES));
+    const size = this.memory.buffer.byteLength;
+    // Grown by at least half its size: each grow detaches every view and may move the memory,
+    // and a 64-wide decoder's caches grow in hundreds of small allocations.
+    if (end > size) this.memory.grow(Math.max(Math.ceil((end - size) / PAGE_BYTES), Math.ceil(size / 2 / PAGE_BYTES)));
     this.top = end;
     return at;
   }

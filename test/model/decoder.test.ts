@@ -1,3 +1,4 @@
+import * as tf from "@tensorflow/tfjs";
 import { beforeAll, describe, expect, it } from "vitest";
 import { createPolicy, initBackend, KvDecoder, logProbOf, type TransformerPolicy } from "../../shared/model/index.ts";
 import { KernelMemory } from "../../shared/model/kernel.ts";
@@ -93,6 +94,32 @@ describe("attention row kernels", () => {
         });
       }
   });
+
+  it("silu(g)·u: wasm SIMD and plain JS agree with Math.exp, including saturated inputs", () => {
+    const memories = [new KernelMemory(), new KernelMemory({ simd: false })];
+    const width = 96;
+    // g spans −120..120 (past the ±87 clamp), u varies in sign and size.
+    const g = Array.from({ length: width }, (_, i) => -120 + (240 * i) / (width - 1));
+    const u = Array.from({ length: width }, (_, i) => Math.cos(i * 0.7) * 3);
+    const [simd, js] = memories.map((m) => {
+      const gp = m.alloc(width);
+      const up = m.alloc(width);
+      const out = m.alloc(width);
+      m.floats.set(g, gp >> 2);
+      m.floats.set(u, up >> 2);
+      m.kernels.siluMul(gp, up, out, width * 4);
+      return [...m.floats.subarray(out >> 2, (out >> 2) + width)];
+    });
+    g.forEach((x, i) => {
+      const expected = (Math.fround(x) * Math.fround(u[i]!)) / (1 + Math.exp(-Math.fround(x)));
+      const tolerance = 1e-6 * Math.max(1, Math.abs(expected));
+      expect(Math.abs(simd![i]! - expected)).toBeLessThan(tolerance);
+      expect(Math.abs(js![i]! - expected)).toBeLessThan(tolerance);
+    });
+    // Saturation: silu(−120) is 0, silu(120)·u is 120·u.
+    expect(Math.abs(simd![0]!)).toBeLessThan(1e-30);
+    expect(simd![width - 1]).toBeCloseTo(120 * Math.fround(u[width - 1]!), 3);
+  });
 });
 
 describe("batched decoding", () => {
@@ -111,6 +138,43 @@ describe("batched decoding", () => {
     expectSame(fromJs, alone);
     // Non-trivial generations: some token differs from its predecessor.
     expect(batched.some((g) => new Set(g.tokens).size > 1)).toBe(true);
+    policy.dispose();
+  });
+});
+
+describe("decode weights", () => {
+  it("follow the policy's weights after a training step (no stale fused or host copies)", () => {
+    const policy = createPolicy(SMALL, 23);
+    const prompt = [...tokens(7, 40)];
+    const decoder = new KvDecoder(policy, 1, { prefixCacheEntries: 0 });
+    const before = Float32Array.from(decoder.add(prompt).logits);
+    decoder.remove(0);
+    const batch = [tokens(12, 41), tokens(12, 42)];
+    policy.trainStep(batch, 1, (logp) => tf.div(tf.neg(tf.sum(logp)), 24) as tf.Scalar);
+    const after = decoder.add(prompt).logits;
+    const fresh = new KvDecoder(policy, 1).add(prompt).logits;
+    // The step moved the logits, and the reused decoder sees exactly what a new one sees.
+    let moved = 0;
+    for (let j = 0; j < after.length; j++) moved = Math.max(moved, Math.abs(after[j]! - before[j]!));
+    expect(moved).toBeGreaterThan(1e-4);
+    after.forEach((v, j) => {
+      expect(v).toBe(fresh[j]);
+    });
+    decoder.dispose();
+    policy.dispose();
+  });
+
+  it("a step allocates no tensors that outlive it", () => {
+    const policy = createPolicy({ ...SMALL, tieEmbeddings: true }, 24);
+    const decoder = new KvDecoder(policy, 2);
+    const slots = [decoder.add([...tokens(5, 43)]).slot, decoder.add([...tokens(9, 44)]).slot];
+    decoder.step(slots, [1, 2]);
+    const tensors = tf.memory().numTensors;
+    for (let s = 0; s < 5; s++) decoder.step(slots, [3 + s, 4 + s]);
+    expect(tf.memory().numTensors).toBe(tensors);
+    // dispose frees the decoder's own tensors (the fused gate|up and the transposed tied head).
+    decoder.dispose();
+    expect(tf.memory().numTensors).toBe(tensors - (SMALL.layers + 1));
     policy.dispose();
   });
 });
