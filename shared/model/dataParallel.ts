@@ -65,6 +65,13 @@ export interface ParallelStepResult<S> {
   readonly stats: S;
   /** Threads that computed this step (1 after a replica was lost). */
   readonly threads: number;
+  /**
+   * Where the step's time went, ms: this thread's shard, the slowest replica's shard (measured in
+   * it), the wait for the replicas after this thread's shard, and the summed Adam step here. On
+   * an idle second core `waitMs` is near 0; a replica that shares this thread's core shows its
+   * whole shard there.
+   */
+  readonly timings?: { shardMs: number; replicaShardMs: number; waitMs: number; applyMs: number };
 }
 
 /**
@@ -406,6 +413,7 @@ export class DataParallelTrainer<I, S> {
       const rows = shards[0] as number[];
       let local: { loss: number; stats: S } | undefined;
       let localError: unknown;
+      const started = performance.now();
       try {
         local = computeShard(
           this.policy,
@@ -418,6 +426,7 @@ export class DataParallelTrainer<I, S> {
       } catch (error) {
         localError = error;
       }
+      const shardDone = performance.now();
       let remote: FromReplica[];
       try {
         remote = await Promise.all(replies);
@@ -437,6 +446,7 @@ export class DataParallelTrainer<I, S> {
           `data-parallel shard failed in a replica: ${failed?.type === "failed" ? failed.message : ""}`,
         );
       }
+      const waited = performance.now();
       for (const r of this.replicas) r.send({ type: "apply", id });
       const applied = this.replicas.map((r) => r.reply(id, ["applied", "applyFailed"]));
       let gradNorm: number;
@@ -448,6 +458,12 @@ export class DataParallelTrainer<I, S> {
         throw error;
       }
       this.syncedStep = this.policy.step;
+      const timings = {
+        shardMs: shardDone - started,
+        replicaShardMs: Math.max(...remote.map((m) => (m.type === "grads" ? m.ms : 0))),
+        waitMs: waited - shardDone,
+        applyMs: performance.now() - waited,
+      };
       const settled = await Promise.allSettled(applied);
       settled.forEach((outcome, k) => {
         const replica = this.replicas[k] as Replica;
@@ -465,7 +481,7 @@ export class DataParallelTrainer<I, S> {
           stats = module.merge(stats, message.stats as S);
           loss += message.loss;
         }
-      return { loss, gradNorm, stats, threads };
+      return { loss, gradNorm, stats, threads, timings };
     } finally {
       for (const r of this.replicas) r.worker.unref();
     }

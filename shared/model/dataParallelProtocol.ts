@@ -72,7 +72,14 @@ export const FromReplica = z.discriminatedUnion("type", [
   z.object({ type: z.literal("ready") }),
   z.object({ type: z.literal("initFailed"), message: z.string() }),
   /** This thread's slot holds its shard's gradient. */
-  z.object({ type: z.literal("grads"), id: z.number().int(), loss: z.number(), stats: z.unknown() }),
+  z.object({
+    type: z.literal("grads"),
+    id: z.number().int(),
+    loss: z.number(),
+    stats: z.unknown(),
+    /** Time this thread spent on its shard. */
+    ms: z.number(),
+  }),
   z.object({ type: z.literal("failed"), id: z.number().int(), message: z.string() }),
   z.object({ type: z.literal("applied"), id: z.number().int(), gradNorm: z.number() }),
   z.object({ type: z.literal("applyFailed"), id: z.number().int(), message: z.string() }),

@@ -90,6 +90,7 @@ async function handle(message: ToReplica): Promise<void> {
       const policy = replica as TransformerPolicy;
       policy.optimizer = { ...message.optimizer };
       const { total } = gradientLayout(policy);
+      const started = performance.now();
       try {
         const { loss, stats } = computeShard(
           policy,
@@ -99,7 +100,7 @@ async function handle(message: ToReplica): Promise<void> {
           message.temperature,
           shared.subarray(slot * total, (slot + 1) * total),
         );
-        post({ type: "grads", id: message.id, loss, stats });
+        post({ type: "grads", id: message.id, loss, stats, ms: performance.now() - started });
       } catch (error) {
         post({ type: "failed", id: message.id, message: messageOf(error) });
       }

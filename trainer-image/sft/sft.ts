@@ -328,6 +328,7 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
           finalTurnWeight,
           answerVariants: options.answerVariants ?? 0,
           answerCrops,
+          dataParallel: options.dataParallel ?? 1,
           variants: variants.length,
           blindShare,
           blind,
