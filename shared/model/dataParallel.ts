@@ -281,6 +281,11 @@ export interface DataParallelOptions<I, S> {
   /** Threads computing each step, this one included; 1 runs everything here. */
   readonly threads: number;
   readonly loss: ShardLossModule<I, S>;
+  /**
+   * A frozen policy (the KL reference) the replicas keep a copy of, so `logProbs(…, "reference")`
+   * is computed on every thread too. @default - none: only the trained weights' log-probs are sharded
+   */
+  readonly reference?: TransformerPolicy;
   readonly log?: Logger;
 }
 
@@ -335,6 +340,7 @@ export class DataParallelTrainer<I, S> {
       const replica = new Replica(new Worker(WORKER_ENTRY, { execArgv: [] }), slot);
       replicas.push(replica);
       const weights = replicaWeights(policy);
+      const reference = options.reference && [...options.reference.values().values()];
       replica.send(
         {
           type: "init",
@@ -348,8 +354,9 @@ export class DataParallelTrainer<I, S> {
           threads,
           lossUrl: options.loss.url,
           ...weights,
+          ...(reference ? { reference } : {}),
         },
-        transferOf(weights),
+        [...transferOf(weights), ...(reference ?? []).map((v) => v.buffer as ArrayBuffer)],
       );
     }
     const trainer = new DataParallelTrainer(policy, options, replicas, new Float32Array(buffer));
@@ -454,7 +461,14 @@ export class DataParallelTrainer<I, S> {
         gradNorm = this.policy.applyGradients(sumSlots(this.policy, shared, threads));
       } catch (error) {
         // Every replica holds the same sums and refuses the same step; wait for them so the next step starts clean.
-        await Promise.allSettled(applied);
+        const settled = await Promise.allSettled(applied);
+        settled.forEach((outcome, k) => {
+          const replica = this.replicas[k] as Replica;
+          if (outcome.status === "fulfilled" && outcome.value.type === "applied") {
+            replica.lost = `data-parallel replica ${replica.slot} diverged: it applied a step this thread refused`;
+            void replica.worker.terminate();
+          }
+        });
         throw error;
       }
       this.syncedStep = this.policy.step;
@@ -482,6 +496,72 @@ export class DataParallelTrainer<I, S> {
           loss += message.loss;
         }
       return { loss, gradNorm, stats, threads, timings };
+    } finally {
+      for (const r of this.replicas) r.worker.unref();
+    }
+  }
+
+  /**
+   * Per-token log-probs (as TrainablePolicy.logProbs) under the trained weights or the frozen
+   * reference given to start(), the rows split over the threads like a step's.
+   */
+  async logProbs(
+    sequences: readonly Int32Array[],
+    temperature: number,
+    which: "policy" | "reference",
+  ): Promise<Float32Array[]> {
+    if (this.closed) throw new DataParallelError("logProbs after close()");
+    this.dropLostReplicas();
+    const local = which === "policy" ? this.policy : this.options.reference;
+    if (!local) throw new DataParallelError('logProbs(…, "reference") needs the reference given to start()');
+    if (this.replicas.length === 0 || sequences.length < 2) return local.logProbs(sequences, temperature);
+    if (which === "policy" && this.policy.step !== this.syncedStep) this.resync();
+    const shards = shardRows(
+      sequences.map((s) => rowCost(this.policy.config, s.length)),
+      this.threads,
+    );
+    const id = this.nextId++;
+    for (const r of this.replicas) r.worker.ref();
+    try {
+      const replies = this.replicas.map((r) => {
+        const rows = shards[r.slot] as number[];
+        r.send({ type: "logProbs", id, which, temperature, sequences: rows.map((i) => sequences[i] as Int32Array) });
+        return r.reply(id, ["logProbs", "failed"]);
+      });
+      const out: Float32Array[] = new Array(sequences.length);
+      const mine = shards[0] as number[];
+      let localError: unknown;
+      try {
+        const values =
+          mine.length > 0
+            ? local.logProbs(
+                mine.map((i) => sequences[i] as Int32Array),
+                temperature,
+              )
+            : [];
+        mine.forEach((row, k) => {
+          out[row] = values[k] as Float32Array;
+        });
+      } catch (error) {
+        localError = error;
+      }
+      let remote: FromReplica[];
+      try {
+        remote = await Promise.all(replies);
+      } catch (error) {
+        throw new DataParallelError(`${(error as Error).message} while computing log-probs`, { cause: error });
+      }
+      if (localError !== undefined) throw localError;
+      remote.forEach((message, k) => {
+        if (message.type === "failed")
+          throw new DataParallelError(`data-parallel log-probs failed in a replica: ${message.message}`);
+        const rows = shards[(this.replicas[k] as Replica).slot] as number[];
+        if (message.type === "logProbs")
+          rows.forEach((row, j) => {
+            out[row] = message.values[j] as Float32Array;
+          });
+      });
+      return out;
     } finally {
       for (const r of this.replicas) r.worker.unref();
     }

@@ -47,6 +47,8 @@ export const ToReplica = z.discriminatedUnion("type", [
     threads: z.number().int().min(2),
     /** URL of the loss module (its default export is a ShardLossModule). */
     lossUrl: z.string(),
+    /** A frozen policy's weights (checkpoint order), for `logProbs` under "reference" (the KL reference). */
+    reference: z.array(Floats).optional(),
   }),
   ReplicaWeights.extend({ type: z.literal("load") }),
   z.object({
@@ -58,6 +60,14 @@ export const ToReplica = z.discriminatedUnion("type", [
     sequences: z.array(Ints),
     input: z.unknown(),
     optimizer: OptimizerFields,
+  }),
+  /** Forward only: this shard's per-token log-probs under the trained weights or the reference. */
+  z.object({
+    type: z.literal("logProbs"),
+    id: z.number().int(),
+    which: z.enum(["policy", "reference"]),
+    temperature: z.number(),
+    sequences: z.array(Ints),
   }),
   /** Every slot is written: sum them and take the Adam step. */
   z.object({ type: z.literal("apply"), id: z.number().int() }),
@@ -81,6 +91,7 @@ export const FromReplica = z.discriminatedUnion("type", [
     ms: z.number(),
   }),
   z.object({ type: z.literal("failed"), id: z.number().int(), message: z.string() }),
+  z.object({ type: z.literal("logProbs"), id: z.number().int(), values: z.array(Floats) }),
   z.object({ type: z.literal("applied"), id: z.number().int(), gradNorm: z.number() }),
   z.object({ type: z.literal("applyFailed"), id: z.number().int(), message: z.string() }),
   z.object({ type: z.literal("values"), id: z.number().int(), values: z.array(Floats), step: z.number().int() }),

@@ -34,6 +34,8 @@ interface Setup {
 
 let setup: Setup | undefined;
 let replica: TransformerPolicy | undefined;
+/** The frozen KL reference, when the coordinator was given one. */
+let reference: TransformerPolicy | undefined;
 
 /** A fresh replica from the main policy's weights, step and Adam state (the previous one is disposed). */
 function build(weights: ReplicaWeights, optimizer: OptimizerOptions): TransformerPolicy {
@@ -76,6 +78,11 @@ async function handle(message: ToReplica): Promise<void> {
           threads: message.threads,
         };
         replica = build(message, message.optimizer);
+        if (message.reference) {
+          const frozen = message.reference;
+          const values = new Map(message.names.map((name, i) => [name, frozen[i] as Float32Array]));
+          reference = new TransformerPolicy(message.config, values, message.version, { trainable: false });
+        }
         post({ type: "ready" });
       } catch (error) {
         post({ type: "initFailed", message: messageOf(error) });
@@ -106,6 +113,20 @@ async function handle(message: ToReplica): Promise<void> {
       }
       return;
     }
+    case "logProbs": {
+      const policy = message.which === "reference" ? reference : replica;
+      try {
+        if (!policy) throw new Error("this replica was started without a reference policy");
+        const values = message.sequences.length > 0 ? policy.logProbs(message.sequences, message.temperature) : [];
+        port?.postMessage(
+          { type: "logProbs", id: message.id, values } satisfies FromReplica,
+          values.map((v) => v.buffer as ArrayBuffer),
+        );
+      } catch (error) {
+        post({ type: "failed", id: message.id, message: messageOf(error) });
+      }
+      return;
+    }
     case "apply": {
       const { shared, threads } = setup as Setup;
       const policy = replica as TransformerPolicy;
@@ -130,6 +151,7 @@ async function handle(message: ToReplica): Promise<void> {
     }
     case "stop":
       replica?.dispose();
+      reference?.dispose();
       port?.close();
       return;
   }

@@ -184,6 +184,41 @@ function within<T>(promise: Promise<T>, seconds: number): Promise<T> {
   ]);
 }
 
+describe("data-parallel log-probs", () => {
+  it("under the trained weights and the frozen reference, sharded, equal one thread's, row by row", async () => {
+    const policy = createPolicy(SMALL, 5, { optimizer: OPTIMIZER });
+    const reference = createPolicy(SMALL, 11, { trainable: false });
+    const parallel = await DataParallelTrainer.start(policy, { threads: 2, loss: crashShardLoss, reference });
+    try {
+      // a step first, so the replica's trained weights are not the initial ones
+      await parallel.trainStep(batchOf(0), 1, { tokens: 256 });
+      const sequences = batchOf(1);
+      for (const [which, source] of [
+        ["policy", policy],
+        ["reference", reference],
+      ] as const) {
+        const expected = source.logProbs(sequences, 0.7);
+        const got = await parallel.logProbs(sequences, 0.7, which);
+        expect(got.map((row) => row.length)).toEqual(LENGTHS);
+        got.forEach((row, i) => {
+          row.forEach((logp, t) => {
+            expect(logp).toBeCloseTo(expected[i]?.[t] as number, 5);
+          });
+        });
+      }
+      // the two sources differ, so a swapped source would fail above
+      expect(policy.logProbs(sequences, 0.7)[0]?.[5]).not.toBeCloseTo(
+        reference.logProbs(sequences, 0.7)[0]?.[5] as number,
+        2,
+      );
+    } finally {
+      await parallel.close();
+      policy.dispose();
+      reference.dispose();
+    }
+  });
+});
+
 describe("data-parallel failures", () => {
   const input = (extra: Partial<CrashInput> = {}): CrashInput => ({ tokens: 256, ...extra });
 

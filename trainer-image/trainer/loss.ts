@@ -1,6 +1,5 @@
 import type { TrainerConfig } from "../../shared/config/trainer.ts";
 import type { DataParallelTrainer } from "../../shared/model/dataParallel.ts";
-import type { TrainablePolicy } from "../../shared/model/types.ts";
 import type { PpoParams } from "../../shared/rl/ppo.ts";
 import { importanceWeights, type PreparedBatch } from "./batch.ts";
 import type { PpoShardInput, PpoShardStats } from "./ppoShard.ts";
@@ -27,21 +26,26 @@ export interface LossRow {
   readonly fullLogp: number[];
 }
 
+/** Per-token log-probs of sequences under the trained weights or the frozen KL reference. */
+export type LogProbSource = (
+  sequences: readonly Int32Array[],
+  which: "policy" | "reference",
+) => Promise<Float32Array[]>;
+
 /**
  * The log-probs a step needs before its update: the reference's (KL term, when there is one)
  * and, when some token is past the staleness bound, the current weights' (decoupled PPO).
  */
-export function lossRows(
+export async function lossRows(
   batch: PreparedBatch,
-  policy: TrainablePolicy,
-  reference: TrainablePolicy | undefined,
-  temperature: number,
+  logProbs: LogProbSource,
+  withReference: boolean,
   trainer: Pick<TrainerConfig, "importanceWeightCap">,
-): LossRow[] {
+): Promise<LossRow[]> {
   const sequences = batch.rows.map((r) => r.tokens);
-  const refLogp = reference && sequences.length ? reference.logProbs(sequences, temperature) : undefined;
+  const refLogp = withReference && sequences.length ? await logProbs(sequences, "reference") : undefined;
   const needsProximal = batch.rows.some((r) => r.pastBound.some((f) => f === 1));
-  const proximal = needsProximal ? policy.logProbs(sequences, temperature) : undefined;
+  const proximal = needsProximal ? await logProbs(sequences, "policy") : undefined;
   return batch.rows.map((row, i) => {
     const weighted = proximal
       ? importanceWeights(row, proximal[i] as Float32Array, trainer.importanceWeightCap)

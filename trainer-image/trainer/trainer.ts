@@ -148,6 +148,7 @@ export async function runTrainer(
   const parallel = await DataParallelTrainer.start(policy, {
     threads: trainer.dataParallel,
     loss: ppoShardLoss,
+    ...(reference ? { reference } : {}),
     log,
   }).catch((error: unknown) => {
     reference?.dispose();
@@ -265,7 +266,12 @@ export async function runTrainer(
     const stepStart = Date.now();
     const { trajectories, missing } = await loadTrajectories(groups);
     const batch = prepareBatch(trajectories, version, trainer, config.policy.model.contextLength);
-    const rows = lossRows(batch, policy, reference, temperature, trainer);
+    const rows = await lossRows(
+      batch,
+      (sequences, which) => parallel.logProbs(sequences, temperature, which),
+      reference !== undefined,
+      trainer,
+    );
     const recorder = new StepRecorder(); // the trainer's log-probs, for the step record `agentrl view` shows
     const result = await trainOnRows(
       parallel,
