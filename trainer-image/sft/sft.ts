@@ -271,7 +271,8 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
     );
     const sampleSequences = sample.map((r) => sequences[r] as Int32Array);
     const sampleMasks = sample.map((r) => masks[r] as Float32Array);
-    const lossBefore = maskedLoss(policy, sampleSequences, sampleMasks);
+    // Forward passes sharded like the steps (one thread: policy.logProbs).
+    const lossBefore = maskedLoss(await parallel.logProbs(sampleSequences, 1, "policy"), sampleMasks);
     const random = seededRandomFrom(seed, "sft-batches");
     const losses: number[] = [];
     let trainedTokens = 0;
@@ -294,7 +295,7 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
       if (step % 10 === 0 || step === options.steps) log.info({ step, loss }, "sft step");
     }
     const trainSeconds = Math.max(1e-3, (Date.now() - trainStart) / 1000);
-    const lossAfter = maskedLoss(policy, sampleSequences, sampleMasks);
+    const lossAfter = maskedLoss(await parallel.logProbs(sampleSequences, 1, "policy"), sampleMasks);
     const trainTokensPerSecond = trainedTokens / trainSeconds;
     const metrics: Record<string, number> = {
       "sft/loss_before": lossBefore,
@@ -423,13 +424,8 @@ export function finalTurnOnly(mask: Float32Array): Float32Array {
   return weights;
 }
 
-/** Mean NLL per assistant token over all sequences (temperature 1). */
-function maskedLoss(
-  policy: { logProbs(s: readonly Int32Array[], t: number): Float32Array[] },
-  sequences: readonly Int32Array[],
-  masks: readonly Float32Array[],
-): number {
-  const logps = policy.logProbs(sequences, 1);
+/** Mean NLL per assistant token, from per-token log-probs (temperature 1) of the sampled traces. */
+function maskedLoss(logps: readonly Float32Array[], masks: readonly Float32Array[]): number {
   let total = 0;
   let count = 0;
   logps.forEach((lp, i) => {
