@@ -5,7 +5,7 @@ import { AgentRlError } from "../errors.ts";
 import type { Logger } from "../log.ts";
 import { backendInfo } from "./backend.ts";
 import { FromReplica, type ReplicaWeights, type ToReplica } from "./dataParallelProtocol.ts";
-import type { TransformerPolicy } from "./transformer.ts";
+import { ModelInputError, type TransformerPolicy } from "./transformer.ts";
 
 /**
  * Data-parallel training over threads. TF.js's wasm backend runs one thread per backend in Node,
@@ -391,6 +391,9 @@ export class DataParallelTrainer<I, S> {
       this.syncedStep = this.policy.step;
       return { ...result, stats: shard.stats(), threads: 1 };
     }
+    // Refused here as one thread would refuse them: an empty shard alone is fine, an empty batch is not.
+    if (sequences.length === 0) throw new ModelInputError("trainStep: sequences is empty");
+    for (const [i, s] of sequences.entries()) this.policy.validateTokens(s, `sequences[${i}]`, 2);
     if (this.policy.step !== this.syncedStep) this.resync();
     const shared = this.shared as Float32Array;
     const { total } = gradientLayout(this.policy);

@@ -299,6 +299,21 @@ describe("data-parallel failures", () => {
     }
   });
 
+  it("a batch one thread refuses is refused the same way, before any thread computes", async () => {
+    const { policy, parallel } = await started();
+    try {
+      await expect(parallel.trainStep([], 1, input())).rejects.toThrow(/sequences is empty/);
+      await expect(parallel.trainStep([tokens(5, 1), Int32Array.of(1, 99_999)], 1, input())).rejects.toThrow(
+        /sequences\[1\]\[1\]: token 99999 is outside the vocabulary/,
+      );
+      expect(policy.step).toBe(0);
+      expect((await parallel.trainStep(batchOf(0), 1, input())).threads).toBe(2);
+    } finally {
+      await parallel.close();
+      policy.dispose();
+    }
+  });
+
   it("a loss module a replica cannot load fails start() with the reason", async () => {
     const policy = createPolicy(SMALL, 9);
     const broken = { ...crashShardLoss, url: new URL("./no-such-loss.ts", import.meta.url).href };
