@@ -70,6 +70,18 @@ export const PolicySummary = z.object({
 });
 export type PolicySummary = z.infer<typeof PolicySummary>;
 
+/** `npm run bench:train` (tokens/s are wall clock: the speed-up is what a second core buys in time). */
+export const TrainSummary = z.object({
+  /** The default model, 8 × 256-token batches, one Adam step each, on one thread. */
+  trainTokPerS1Thread: Figure,
+  /** The same steps data-parallel over two threads (trainer.dataParallel 2). */
+  trainTokPerS2Threads: Figure,
+  /** Two threads' tokens/s over one thread's. */
+  dataParallelSpeedup: Figure,
+  loadAverage: z.number(),
+});
+export type TrainSummary = z.infer<typeof TrainSummary>;
+
 /** `npm run bench:controller`. */
 export const ControllerSummary = z.object({
   p99MsAt1000: Figure,

@@ -20,6 +20,7 @@ interface SftCliOptions {
   answerCrops: number;
   blindShare: number;
   proseShare: number;
+  dataParallel: number;
   init?: string;
   out?: string;
   store?: boolean;
@@ -71,6 +72,12 @@ export function register(program: Command): void {
         "share of traces whose final turn states the answer in words instead of calling the tool (0 to 1)",
         shareOption("--prose-share"),
         0,
+      )
+      .option(
+        "--data-parallel <n>",
+        "training threads: each step's rows split over them, one Adam step (2 uses a second core; same result within float rounding)",
+        intOption("--data-parallel", 1, 2),
+        1,
       )
       .option("--init <dir>", "continue from the warm-up in this folder (its newest version, weights and tokenizer)")
       .option("--out <dir>", "write policies/v0/ under this folder")
@@ -138,6 +145,7 @@ export function register(program: Command): void {
         answerCrops: options.answerCrops,
         blindShare: options.blindShare,
         proseShare: options.proseShare,
+        dataParallel: options.dataParallel,
         init,
         store,
         log,

@@ -104,6 +104,7 @@ export const CONFIG_READERS: Readonly<Record<string, readonly string[]>> = {
   "trainer.checkpointEvery": ["trainer-image/trainer/trainer.ts", "trainer-image/policy-server/serve.ts"],
   "trainer.logpGapAlarm": ["trainer-image/trainer/trainer.ts"],
   "trainer.stopOnLogpGap": ["trainer-image/trainer/trainer.ts"],
+  "trainer.dataParallel": ["trainer-image/trainer/trainer.ts"],
   "limits.http.bodyLimitBytes": ["shared/http.ts"],
   "limits.http.headersTimeoutMs": ["shared/http.ts"],
   "limits.http.requestTimeoutMs": ["shared/http.ts"],

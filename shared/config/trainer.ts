@@ -63,10 +63,29 @@ export const TrainerConfig = z
      */
     logpGapAlarm: z.number().positive().default(1e-2).describe("warn when policy/logp_gap_fresh exceeds this (nats)"),
     stopOnLogpGap: z.boolean().default(false).describe("stop the run when the log-prob gap alarm fires"),
+    /**
+     * Threads each optimizer step is spread over (data parallel: each computes the gradient of a
+     * share of the batch's rows, all apply the same summed Adam step). TF.js's wasm backend uses
+     * one core per thread, so 2 uses a second core; results equal one thread's within float
+     * rounding. Sync mode only: in async mode generation needs the other core.
+     */
+    dataParallel: z
+      .number()
+      .int()
+      .min(1)
+      .max(2)
+      .default(1)
+      .describe("training threads (data parallel); 2 needs mode sync"),
   })
   .strict()
   .superRefine((t, ctx) => {
     if (t.clipLow >= 1) ctx.addIssue({ code: "custom", path: ["clipLow"], message: "must be below 1" });
+    if (t.dataParallel > 1 && t.mode !== "sync")
+      ctx.addIssue({
+        code: "custom",
+        path: ["dataParallel"],
+        message: `${t.dataParallel} needs trainer.mode "sync" (mode is "${t.mode}"): in async mode generation runs beside training and needs the other core; set trainer.mode: sync or trainer.dataParallel: 1`,
+      });
     if (t.skipUniformGroups && t.estimator === "reinforce++")
       ctx.addIssue({
         code: "custom",

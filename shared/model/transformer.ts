@@ -366,6 +366,30 @@ export class TransformerPolicy implements InferencePolicy, TrainablePolicy {
   }
 
   /**
+   * One optimizer step (clipping + Adam, as in trainStep) with gradients computed elsewhere: the
+   * summed host gradients of data-parallel shards (shared/model/dataParallel.ts). Returns the
+   * norm before clipping; a non-finite norm throws and leaves the weights unchanged.
+   */
+  applyGradients(grads: ReadonlyMap<string, Float32Array>): number {
+    this.assertLive();
+    if (!this.trainable) throw new ModelInputError("applyGradients: this policy is a frozen snapshot");
+    const device = new Map<string, tf.Tensor>();
+    try {
+      for (const [name, variable] of this.params) {
+        const grad = grads.get(name);
+        if (!grad || grad.length !== variable.size)
+          throw new ModelInputError(
+            `applyGradients: ${name} needs ${variable.size} values, got ${grad?.length ?? "none"}`,
+          );
+        device.set(name, tf.tensor(grad, variable.shape, "float32"));
+      }
+      return this.applyAdam(device);
+    } finally {
+      for (const grad of device.values()) grad.dispose();
+    }
+  }
+
+  /**
    * Global-norm clipping and one bias-corrected Adam update, as TF.js ops on the device: the
    * weights and moments never leave it; only the gradient norm (one scalar) is read back, to
    * report it and to refuse a non-finite step.

@@ -1,10 +1,11 @@
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
-import { figure, PolicySummary, parseSummary, TransportSummary } from "../../bench/summary.ts";
+import { figure, PolicySummary, parseSummary, TrainSummary, TransportSummary } from "../../bench/summary.ts";
 import { runProcess } from "../support/cli.ts";
 
 const TRANSPORT_BENCH = fileURLToPath(new URL("../../bench/transport.ts", import.meta.url));
 const POLICY_BENCH = fileURLToPath(new URL("../../bench/policy.ts", import.meta.url));
+const TRAIN_BENCH = fileURLToPath(new URL("../../bench/train.ts", import.meta.url));
 
 describe("bench summary line", () => {
   it("bench:transport ends with its JSON summary (tiny local-only run)", async () => {
@@ -34,6 +35,25 @@ describe("bench summary line", () => {
     expect(summary.workerTokPerS64).toBeGreaterThan(0);
     expect(summary.trainMatmulFraction).toBeGreaterThan(0);
     expect(run.stdout).toMatch(/decode tokens\/s/);
+  }, 150_000);
+
+  it("bench:train ends with its JSON summary (one timed step per side)", async () => {
+    const run = await runProcess(process.execPath, ["--import", "tsx", TRAIN_BENCH, "--steps", "1", "--warmup", "0"], {
+      timeoutMs: 120_000,
+      env: { AGENTRL_BACKEND: "wasm" },
+    });
+    expect(run.status, run.stderr).toBe(0);
+    const summary = parseSummary(TrainSummary, run.stdout);
+    expect(summary.trainTokPerS1Thread).toBeGreaterThan(0);
+    expect(summary.trainTokPerS2Threads).toBeGreaterThan(0);
+    expect(summary.dataParallelSpeedup).toBeCloseTo(
+      (summary.trainTokPerS2Threads as number) / (summary.trainTokPerS1Thread as number),
+      1,
+    );
+    // the two runs trained the same weights, up to float rounding
+    const drift = Number(/largest \|weight difference\| after the run: ([\d.e+-]+)/.exec(run.stdout)?.[1]);
+    expect(drift).toBeLessThan(1e-4);
+    expect(run.stdout).toMatch(/2 threads \(data parallel\)/);
   }, 150_000);
 
   it("a last line that is not JSON, or lacks a key, is refused", () => {

@@ -10,6 +10,7 @@ import type { TrainablePolicy } from "../../shared/model/types.ts";
 import { listVersions } from "../../shared/protocol/checkpoints.ts";
 import { type MemberDropped, PolicyPublished, type TrajectoryReady } from "../../shared/protocol/messages.ts";
 import type { StepMetrics } from "../../shared/protocol/metrics.ts";
+import { StepRecord, stepRecordKey } from "../../shared/protocol/stepRecord.ts";
 import { createTransport } from "../../shared/transport/index.ts";
 import type { Queue, Transport } from "../../shared/transport/types.ts";
 import { importanceWeights, prepareBatch } from "../../trainer-image/trainer/batch.ts";
@@ -527,6 +528,60 @@ describe("runTrainer on the local transport with a tiny model", () => {
       runTrainer(config({ trainer: { stopOnLogpGap: true } }), transport, { waitSeconds: 0, maxStepsThisRun: 1 }),
     ).rejects.toThrow(/logp_gap_fresh .* exceeds trainer.logpGapAlarm 0.01 at step 2 .*not published/);
     expect(await listVersions(transport.store("checkpoints"))).toEqual([1, 0]);
+  });
+
+  it("trainer.dataParallel 2 (sync mode): weights, losses and the step record equal one thread's within float tolerance", async () => {
+    const run = async (localDir: string, dataParallel: number) => {
+      const experiment = tinyTrainerConfig(localDir, { trainer: { mode: "sync", dataParallel, maxSteps: 2 } });
+      const own = await createTransport(experiment.transport);
+      try {
+        await publishBase(own);
+        await deliver(own, batchOf(0));
+        const lines: StepMetrics[] = [];
+        await runTrainer(experiment, own, {
+          waitSeconds: 0,
+          metrics: (l) => void lines.push(l),
+          onStep: (info) => {
+            if (info.step < 2) void deliver(own, batchOf(info.step));
+          },
+        });
+        const { loadCheckpoint } = await import("../../shared/model/checkpoint.ts");
+        const trained = (await loadCheckpoint(own.store("checkpoints"), 2)).policy;
+        const values = trained.values();
+        trained.dispose();
+        const body = await own.store("trajectories").get(stepRecordKey("tr", 2));
+        const record = StepRecord.parse(JSON.parse(Buffer.from(body as Uint8Array).toString("utf8")));
+        return { lines, values, record };
+      } finally {
+        await own.close();
+      }
+    };
+    const one = await run(tempDir("trainer-dp1-"), 1);
+    const two = await run(tempDir("trainer-dp2-"), 2);
+    let worst = 0;
+    for (const [name, x] of one.values) {
+      const y = two.values.get(name) as Float32Array;
+      x.forEach((v, i) => {
+        worst = Math.max(worst, Math.abs(v - (y[i] as number)));
+      });
+    }
+    expect(worst).toBeLessThan(1e-4);
+    expect(two.lines).toHaveLength(2);
+    expect(two.lines.map((l) => l.metrics["time/train_threads"])).toEqual([2, 2]);
+    expect(one.lines.map((l) => l.metrics["time/train_threads"])).toEqual([1, 1]);
+    for (const [i, line] of two.lines.entries())
+      for (const key of ["loss/policy", "loss/kl", "policy/grad_norm", "policy/logp_gap_fresh", "policy/approx_kl"])
+        expect(line.metrics[key], key).toBeCloseTo(one.lines[i]?.metrics[key] as number, 5);
+    // the trainer's log-probs reached the step record from both threads
+    expect(two.record.trajectories.map((t) => t.newLogp.length)).toEqual(
+      one.record.trajectories.map((t) => t.newLogp.length),
+    );
+    two.record.trajectories.forEach((t, i) => {
+      expect(t.newLogp.length).toBeGreaterThan(0);
+      t.newLogp.forEach((logp, k) => {
+        expect(logp).toBeCloseTo(one.record.trajectories[i]?.newLogp[k] as number, 3);
+      });
+    });
   });
 
   it("checks agreement on the full log-probs while the ratio uses the sampled ones", async () => {

@@ -66,6 +66,18 @@ describe("experiment config", () => {
     expect(issuesOf(() => parseConfig({ evaluation: { topP: 0.9 } })).map((i) => i.path)).toEqual(["evaluation.topP"]);
   });
 
+  it("dataParallel above 1 needs sync mode (async generation needs the other core)", () => {
+    const issues = issuesOf(() => parseConfig({ trainer: { dataParallel: 2 } }));
+    expect(issues).toHaveLength(1);
+    expect(issues[0]?.path).toBe("trainer.dataParallel");
+    expect(issues[0]?.message).toMatch(/needs trainer\.mode "sync" \(mode is "async"\).*generation/);
+    expect(parseConfig({ trainer: { dataParallel: 2, mode: "sync" } }).trainer.dataParallel).toBe(2);
+    expect(parseConfig({}).trainer.dataParallel).toBe(1);
+    expect(issuesOf(() => parseConfig({ trainer: { dataParallel: 3, mode: "sync" } }))[0]?.path).toBe(
+      "trainer.dataParallel",
+    );
+  });
+
   it("skipUniformGroups needs a group baseline", () => {
     const issues = issuesOf(() => parseConfig({ trainer: { skipUniformGroups: true, estimator: "reinforce++" } }));
     expect(issues).toHaveLength(1);

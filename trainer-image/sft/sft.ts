@@ -1,4 +1,3 @@
-import * as tf from "@tensorflow/tfjs";
 import { ChatCodec } from "../../shared/chat/index.ts";
 import type { ExperimentConfig } from "../../shared/config/index.ts";
 import type { ModelConfig } from "../../shared/config/policy.ts";
@@ -6,6 +5,7 @@ import { runScripted, toolSpecs } from "../../shared/env/session.ts";
 import type { TaskModule } from "../../shared/env/task.ts";
 import { AgentRlError } from "../../shared/errors.ts";
 import type { Logger } from "../../shared/log.ts";
+import { DataParallelTrainer } from "../../shared/model/dataParallel.ts";
 import {
   createPolicy,
   initBackend,
@@ -18,6 +18,7 @@ import type { ChatMessage, ToolSpec } from "../../shared/protocol/openai.ts";
 import { seededRandomFrom } from "../../shared/rl/random.ts";
 import type { ObjectStore } from "../../shared/transport/types.ts";
 import { answerArguments, answerVariant, copiedAnswers, isIntegerText } from "./answer-variants.ts";
+import nllShardLoss, { type NllInput } from "./nllShard.ts";
 
 /**
  * Warm-up by behaviour cloning: expert episodes from the task environments (their scripted
@@ -85,6 +86,11 @@ export interface SftOptions {
    * most 1), so a recipe without prose draws its blind traces as before. @default 0
    */
   readonly proseShare?: number;
+  /**
+   * Threads each step is spread over (data parallel, shared/model/dataParallel.ts): 2 uses a
+   * second core; the result equals one thread's within float rounding. @default 1
+   */
+  readonly dataParallel?: number;
   /** Store holding the warm-up to continue from (its newest version); its model shape wins over the config's. */
   readonly init?: ObjectStore;
   /** Store the checkpoint goes to (policies/v{version}/). */
@@ -253,7 +259,9 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
   const answerCrops = crops.length === 0 ? 0 : (options.answerCrops ?? 0);
   const policy: TransformerPolicy = start?.policy ?? createPolicy(model, seed, { optimizer });
   const finalLearningRate = options.finalLearningRate ?? options.learningRate;
+  let parallel: DataParallelTrainer<NllInput, Record<string, never>> | undefined;
   try {
+    parallel = await DataParallelTrainer.start(policy, { threads: options.dataParallel ?? 1, loss: nllShardLoss, log });
     // Loss before/after on a fixed sample: a forward pass over every trace costs minutes at this scale.
     const sampleRandom = seededRandomFrom(seed, "sft-loss-sample");
     const originals = fitting.flatMap((e, row) => (isOriginal.has(e.trace) ? [row] : []));
@@ -263,7 +271,8 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
     );
     const sampleSequences = sample.map((r) => sequences[r] as Int32Array);
     const sampleMasks = sample.map((r) => masks[r] as Float32Array);
-    const lossBefore = maskedLoss(policy, sampleSequences, sampleMasks);
+    // Forward passes sharded like the steps (one thread: policy.logProbs).
+    const lossBefore = maskedLoss(await parallel.logProbs(sampleSequences, 1, "policy"), sampleMasks);
     const random = seededRandomFrom(seed, "sft-batches");
     const losses: number[] = [];
     let trainedTokens = 0;
@@ -279,16 +288,14 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
       const batch = [...rows.map((r) => sequences[r] as Int32Array), ...cropRows.map((c) => c.tokens)];
       const batchWeights = [...rows.map((r) => trainWeights[r] as Float32Array), ...cropRows.map((c) => c.weights)];
       const totalWeight = batchWeights.reduce((sum, m) => sum + m.reduce((a, b) => a + b, 0), 0);
-      const { loss } = policy.trainStep(batch, 1, (logp, microRows) =>
-        negativeLogLikelihood(logp, microRows, batchWeights, totalWeight),
-      );
+      const { loss } = await parallel.trainStep(batch, 1, { weights: batchWeights, totalWeight });
       trainedTokens += batch.reduce((sum, s) => sum + s.length, 0);
       losses.push(loss);
       options.onStep?.(step, loss);
       if (step % 10 === 0 || step === options.steps) log.info({ step, loss }, "sft step");
     }
     const trainSeconds = Math.max(1e-3, (Date.now() - trainStart) / 1000);
-    const lossAfter = maskedLoss(policy, sampleSequences, sampleMasks);
+    const lossAfter = maskedLoss(await parallel.logProbs(sampleSequences, 1, "policy"), sampleMasks);
     const trainTokensPerSecond = trainedTokens / trainSeconds;
     const metrics: Record<string, number> = {
       "sft/loss_before": lossBefore,
@@ -322,6 +329,7 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
           finalTurnWeight,
           answerVariants: options.answerVariants ?? 0,
           answerCrops,
+          dataParallel: options.dataParallel ?? 1,
           variants: variants.length,
           blindShare,
           blind,
@@ -348,6 +356,7 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
       vocabularyUsed: codec.tokenizer.size,
     };
   } finally {
+    await parallel?.close();
     policy.dispose();
   }
 }
@@ -415,33 +424,8 @@ export function finalTurnOnly(mask: Float32Array): Float32Array {
   return weights;
 }
 
-/**
- * Weighted mean negative log-likelihood of assistant tokens for one micro-batch, divided by the
- * whole batch's total weight so micro-batch gradients add up to the batch mean.
- * logp: [b, T] (row b is sequence rows[b], padded with 0).
- */
-function negativeLogLikelihood(
-  logp: tf.Tensor2D,
-  rows: readonly number[],
-  weights: readonly Float32Array[],
-  totalWeight: number,
-): tf.Scalar {
-  const [b, width] = logp.shape;
-  const mask = new Float32Array(b * width);
-  rows.forEach((r, i) => {
-    mask.set(weights[r] as Float32Array, i * width);
-  });
-  // No tidy here: trainStep's variableGrads owns these intermediates (the backward pass needs them).
-  return tf.div(tf.neg(tf.sum(tf.mul(logp, tf.tensor2d(mask, [b, width])))), totalWeight);
-}
-
-/** Mean NLL per assistant token over all sequences (temperature 1). */
-function maskedLoss(
-  policy: { logProbs(s: readonly Int32Array[], t: number): Float32Array[] },
-  sequences: readonly Int32Array[],
-  masks: readonly Float32Array[],
-): number {
-  const logps = policy.logProbs(sequences, 1);
+/** Mean NLL per assistant token, from per-token log-probs (temperature 1) of the sampled traces. */
+function maskedLoss(logps: readonly Float32Array[], masks: readonly Float32Array[]): number {
   let total = 0;
   let count = 0;
   logps.forEach((lp, i) => {

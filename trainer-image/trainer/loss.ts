@@ -1,10 +1,9 @@
-import * as tf from "@tensorflow/tfjs";
 import type { TrainerConfig } from "../../shared/config/trainer.ts";
-import type { TransformerPolicy } from "../../shared/model/transformer.ts";
-import type { TrainablePolicy } from "../../shared/model/types.ts";
+import type { DataParallelTrainer } from "../../shared/model/dataParallel.ts";
 import type { PpoParams } from "../../shared/rl/ppo.ts";
-import { padRows, ppoLossTensors } from "../../shared/rl/tensor.ts";
 import { importanceWeights, type PreparedBatch } from "./batch.ts";
+import type { PpoShardInput, PpoShardStats } from "./ppoShard.ts";
+import type { StepRecorder } from "./stepRecord.ts";
 
 /**
  * The loss side of a step: the log-probs the loss needs besides the trained policy's own
@@ -27,21 +26,26 @@ export interface LossRow {
   readonly fullLogp: number[];
 }
 
+/** Per-token log-probs of sequences under the trained weights or the frozen KL reference. */
+export type LogProbSource = (
+  sequences: readonly Int32Array[],
+  which: "policy" | "reference",
+) => Promise<Float32Array[]>;
+
 /**
  * The log-probs a step needs before its update: the reference's (KL term, when there is one)
  * and, when some token is past the staleness bound, the current weights' (decoupled PPO).
  */
-export function lossRows(
+export async function lossRows(
   batch: PreparedBatch,
-  policy: TrainablePolicy,
-  reference: TrainablePolicy | undefined,
-  temperature: number,
+  logProbs: LogProbSource,
+  withReference: boolean,
   trainer: Pick<TrainerConfig, "importanceWeightCap">,
-): LossRow[] {
+): Promise<LossRow[]> {
   const sequences = batch.rows.map((r) => r.tokens);
-  const refLogp = reference && sequences.length ? reference.logProbs(sequences, temperature) : undefined;
+  const refLogp = withReference && sequences.length ? await logProbs(sequences, "reference") : undefined;
   const needsProximal = batch.rows.some((r) => r.pastBound.some((f) => f === 1));
-  const proximal = needsProximal ? policy.logProbs(sequences, temperature) : undefined;
+  const proximal = needsProximal ? await logProbs(sequences, "policy") : undefined;
   return batch.rows.map((row, i) => {
     const weighted = proximal
       ? importanceWeights(row, proximal[i] as Float32Array, trainer.importanceWeightCap)
@@ -69,81 +73,53 @@ export interface StepResult {
   /** Per row: sum of |trainer logp − behaviour logp| over its fresh tokens, and their count. */
   readonly rowGap: Float64Array;
   readonly rowFresh: Float64Array;
+  /** Threads that computed the step (trainer.dataParallel; 1 once a replica thread was lost). */
+  readonly threads: number;
 }
 
 /**
- * One optimizer step over every row (micro-batched by the policy). A non-finite gradient
- * leaves the weights unchanged and reports `skipped` instead of throwing: the batch is still
- * consumed and counted.
+ * One optimizer step over every row (micro-batched by the policy, sharded over the trainer's
+ * data-parallel threads). A non-finite gradient leaves the weights unchanged and reports `skipped`
+ * instead of throwing: the batch is still consumed and counted. So does a replica thread that
+ * crashed during the step (DataParallelTrainer then continues on one thread).
  */
-export function trainOnRows(
-  policy: TransformerPolicy,
+export async function trainOnRows(
+  parallel: DataParallelTrainer<PpoShardInput, PpoShardStats>,
   batch: PreparedBatch,
   rows: readonly LossRow[],
   temperature: number,
   params: PpoParams,
   onError: (error: unknown) => void,
-  /** Sees each micro-batch's trainer log-probs ([picked.length, T]) before the loss uses them. */
-  onLogp?: (picked: readonly number[], logp: tf.Tensor2D) => void,
-): StepResult {
-  const sums = { pg: 0, kl: 0, clipped: 0, approxKl: 0 };
+  /** Receives each row's trainer log-probs (for the step record). */
+  recorder?: StepRecorder,
+): Promise<StepResult> {
+  const empty = { pg: 0, kl: 0, clipped: 0, approxKl: 0 };
   const rowGap = new Float64Array(rows.length);
   const rowFresh = new Float64Array(rows.length);
   const sequences = batch.rows.map((r) => r.tokens);
-  const withReference = rows.some((r) => r.refLogp !== undefined);
-  const weighted = rows.some((r) => r.weights !== undefined);
-  if (sequences.length === 0) return { loss: 0, gradNorm: 0, skipped: 0, sums, rowGap, rowFresh };
+  if (sequences.length === 0)
+    return { loss: 0, gradNorm: 0, skipped: 0, sums: empty, rowGap, rowFresh, threads: parallel.threads };
   try {
-    const result = policy.trainStep(sequences, temperature, (logp, picked) => {
-      const width = logp.shape[1];
-      onLogp?.(picked, logp);
-      const pad = (column: (row: LossRow) => ArrayLike<number>) =>
-        padRows(
-          picked.map((r) => column(rows[r] as LossRow)),
-          width,
-        );
-      const terms = ppoLossTensors(
-        {
-          logp,
-          oldLogp: pad((r) => r.oldLogp),
-          refLogp: withReference ? pad((r) => r.refLogp ?? []) : undefined,
-          advantages: pad((r) => r.advantages),
-          lossMask: pad((r) => r.lossMask),
-          weights: weighted ? pad((r) => r.weights ?? r.lossMask.map(() => 1)) : undefined,
-        },
-        params,
-        batch.tokens,
-      );
-      // rollout/trainer agreement on tokens of the trainer's own weights, per row
-      const fresh = pad((r) => r.fresh);
-      const gap = tf.sum(
-        tf.mul(
-          tf.abs(
-            tf.sub(
-              logp,
-              pad((r) => r.fullLogp),
-            ),
-          ),
-          fresh,
-        ),
-        1,
-      );
-      const stats = tf.stack([terms.pgSum, terms.klSum, terms.clippedCount, terms.approxKlSum]).dataSync();
-      sums.pg += stats[0] as number;
-      sums.kl += stats[1] as number;
-      sums.clipped += stats[2] as number;
-      sums.approxKl += stats[3] as number;
-      const gaps = gap.dataSync();
-      const counts = tf.sum(fresh, 1).dataSync();
-      picked.forEach((r, j) => {
-        rowGap[r] = (rowGap[r] as number) + (gaps[j] as number);
-        rowFresh[r] = (rowFresh[r] as number) + (counts[j] as number);
-      });
-      return terms.loss;
+    const result = await parallel.trainStep(sequences, temperature, {
+      rows,
+      params,
+      tokens: batch.tokens,
+      captureLogp: recorder !== undefined,
     });
-    return { loss: result.loss, gradNorm: result.gradNorm, skipped: 0, sums, rowGap, rowFresh };
+    const { stats } = result;
+    for (const [row, logp] of stats.logp) recorder?.record(row, logp);
+    recorder?.addCaptureTime(stats.captureMs);
+    return {
+      loss: result.loss,
+      gradNorm: result.gradNorm,
+      skipped: 0,
+      sums: stats.sums,
+      rowGap: stats.rowGap,
+      rowFresh: stats.rowFresh,
+      threads: result.threads,
+    };
   } catch (error) {
     onError(error);
-    return { loss: 0, gradNorm: 0, skipped: 1, sums, rowGap, rowFresh };
+    return { loss: 0, gradNorm: 0, skipped: 1, sums: empty, rowGap, rowFresh, threads: parallel.threads };
   }
 }

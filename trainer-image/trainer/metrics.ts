@@ -127,6 +127,8 @@ export function stepMetrics(counts: StepCounts, totals: Readonly<Record<string, 
     /** Generated tokens the step consumed, per wall second since the previous step. */
     "throughput/tokens_per_s": generated / interval,
     "time/step_seconds": counts.stepSeconds,
+    /** Threads the optimizer step ran on (trainer.dataParallel). */
+    "time/train_threads": result.threads,
     ...totals,
   };
 }

@@ -1,4 +1,3 @@
-import type * as tf from "@tensorflow/tfjs";
 import type { TrainerConfig } from "../../shared/config/trainer.ts";
 import type { Trajectory } from "../../shared/protocol/messages.ts";
 import {
@@ -15,7 +14,7 @@ import type { BufferedGroup } from "./buffer.ts";
 
 /**
  * The per-step record `agentrl view` shows (shared/protocol/stepRecord.ts): the trainer's own
- * log-probs are copied out of the loss callback (`capture`), everything else is recomputed here
+ * log-probs are copied out of the loss (ppoShard.ts, then `record`), everything else is recomputed here
  * on plain arrays, so the loss path gains one device-to-host copy per micro-batch and nothing else.
  */
 
@@ -29,15 +28,14 @@ export class StepRecorder {
   private readonly logp = new Map<number, Float32Array>();
   private captureMs = 0;
 
-  /** Call inside the loss callback with its `logp` ([rows.length, T]) and `rows` (indices into the batch rows). */
-  capture(rows: readonly number[], logp: tf.Tensor2D): void {
-    const started = performance.now();
-    const width = logp.shape[1];
-    const data = logp.dataSync();
-    rows.forEach((row, b) => {
-      this.logp.set(row, data.slice(b * width, (b + 1) * width) as Float32Array);
-    });
-    this.captureMs += performance.now() - started;
+  /** Stores row `row`'s log-probs as copied out of the loss (by a data-parallel shard, on any thread). */
+  record(row: number, logp: Float32Array): void {
+    this.logp.set(row, logp);
+  }
+
+  /** Time spent copying log-probs out, where the loss did it. */
+  addCaptureTime(ms: number): void {
+    this.captureMs += ms;
   }
 
   /** Log-probs captured for batch row `row` (undefined when its micro-batch never ran). */

@@ -3,6 +3,7 @@ import { AgentRlError } from "../../shared/errors.ts";
 import { createLogger, type Logger } from "../../shared/log.ts";
 import { initBackend } from "../../shared/model/backend.ts";
 import { loadCheckpoint } from "../../shared/model/checkpoint.ts";
+import { DataParallelTrainer } from "../../shared/model/dataParallel.ts";
 import type { TransformerPolicy } from "../../shared/model/transformer.ts";
 import { parseExperimentMessage } from "../../shared/protocol/envelope.ts";
 import { TrajectoryEvent } from "../../shared/protocol/messages.ts";
@@ -17,6 +18,7 @@ import { addTotals, type Ledger, readLedger } from "./ledger.ts";
 import { PoisonedTrajectories } from "./load.ts";
 import { lossRows, trainOnRows } from "./loss.ts";
 import { logpGap, type StepCounts, stepMetrics, stepTotals } from "./metrics.ts";
+import ppoShardLoss from "./ppoShard.ts";
 import { publishVersion } from "./publish.ts";
 import { recordStep, StepRecorder } from "./stepRecord.ts";
 
@@ -142,6 +144,17 @@ export async function runTrainer(
       ledger.referenceVersion === version
         ? policy.snapshot()
         : (await loadCheckpoint(checkpoints, ledger.referenceVersion)).policy;
+  // Sync mode only (the config refuses more with async): there generation waits while this trains.
+  const parallel = await DataParallelTrainer.start(policy, {
+    threads: trainer.dataParallel,
+    loss: ppoShardLoss,
+    ...(reference ? { reference } : {}),
+    log,
+  }).catch((error: unknown) => {
+    reference?.dispose();
+    policy.dispose();
+    throw error;
+  });
   const consumed = new Set(ledger.consumed);
   const unpublished = new Set<string>();
   const totals = { ...ledger.totals };
@@ -253,16 +266,21 @@ export async function runTrainer(
     const stepStart = Date.now();
     const { trajectories, missing } = await loadTrajectories(groups);
     const batch = prepareBatch(trajectories, version, trainer, config.policy.model.contextLength);
-    const rows = lossRows(batch, policy, reference, temperature, trainer);
+    const rows = await lossRows(
+      batch,
+      (sequences, which) => parallel.logProbs(sequences, temperature, which),
+      reference !== undefined,
+      trainer,
+    );
     const recorder = new StepRecorder(); // the trainer's log-probs, for the step record `agentrl view` shows
-    const result = trainOnRows(
-      policy,
+    const result = await trainOnRows(
+      parallel,
       batch,
       rows,
       temperature,
       params,
       (error) => log.error({ err: error }, "optimizer step skipped"),
-      (picked, logp) => recorder.capture(picked, logp),
+      recorder,
     );
     step += 1;
     stepsThisRun += 1;
@@ -365,6 +383,7 @@ export async function runTrainer(
       }
     }
   } finally {
+    await parallel.close();
     reference?.dispose();
     policy.dispose();
   }

@@ -1,0 +1,120 @@
+/**
+ * `npm run bench:train` — data-parallel training (shared/model/dataParallel.ts) against one
+ * thread: the default model (ModelConfig.parse({})), batches of 8 × 256 tokens (bench:policy's
+ * training row), one Adam step each, with 1 and with 2 threads side by side. The two runs start
+ * from the same weights and take the same batches; their steps alternate (1 thread, 2 threads,
+ * 1, 2, …) so a load that comes and goes on a shared machine falls on both alike. Prints
+ * tokens/s wall and per CPU second (the CPU time is the whole process, both threads), the
+ * speed-up, and how far the two runs' weights drifted apart (float rounding only).
+ *
+ * The last line is one JSON object (bench/summary.ts TrainSummary): trainTokPerS1Thread,
+ * trainTokPerS2Threads (wall clock), dataParallelSpeedup, loadAverage.
+ *
+ * Options: --steps N timed steps per side (default 10), --warmup N untimed steps first (default 2);
+ * environment AGENTRL_BACKEND=auto|tensorflow|wasm|cpu.
+ */
+import { loadavg } from "node:os";
+import { parseArgs } from "node:util";
+import { ModelConfig } from "../shared/config/policy.ts";
+import { DataParallelTrainer } from "../shared/model/dataParallel.ts";
+import { type BackendPreference, createPolicy, initBackend } from "../shared/model/index.ts";
+import nllShardLoss, { type NllInput } from "../trainer-image/sft/nllShard.ts";
+import { intFlag } from "./flags.ts";
+import { figure, printSummary, TrainSummary } from "./summary.ts";
+
+const { values: flags } = parseArgs({
+  options: { steps: { type: "string", default: "10" }, warmup: { type: "string", default: "2" } },
+});
+const STEPS = intFlag("steps", flags.steps, 1);
+const WARMUP = intFlag("warmup", flags.warmup, 0);
+const preference = (process.env.AGENTRL_BACKEND ?? "auto") as BackendPreference;
+if (!["auto", "tensorflow", "wasm", "cpu"].includes(preference)) {
+  console.error(`AGENTRL_BACKEND=${preference} is not allowed (auto, tensorflow, wasm, cpu)`);
+  process.exit(2);
+}
+
+const ROWS = 8;
+const LENGTH = 256;
+const info = await initBackend(preference);
+const config = ModelConfig.parse({});
+const loadAtStart = loadavg()[0] as number;
+console.log(`backend ${info.name} (${info.source}); load average ${loadAtStart.toFixed(2)}`);
+console.log(
+  `model d=${config.dModel} layers=${config.layers} heads=${config.heads}/${config.kvHeads} ffn=${config.ffnHidden} vocab=${config.vocabSize}; ${ROWS} x ${LENGTH} tokens per step`,
+);
+
+const tokensOf = (n: number, salt: number) =>
+  Int32Array.from({ length: n }, (_, i) => (i * 7919 + salt * 104_729 + 13) % config.vocabSize);
+/** A different batch every step; mean NLL over every predicted token. */
+const batchOf = (step: number) => Array.from({ length: ROWS }, (_, i) => tokensOf(LENGTH, 100 + step * ROWS + i));
+const weights = Array.from({ length: ROWS }, () => Float32Array.from({ length: LENGTH }, (_, t) => (t === 0 ? 0 : 1)));
+const input: NllInput = { weights, totalWeight: ROWS * (LENGTH - 1) };
+
+const sides = await Promise.all(
+  [1, 2].map(async (threads) => {
+    const policy = createPolicy(config, 1, { optimizer: { learningRate: 1e-3 } });
+    return { threads, policy, trainer: await DataParallelTrainer.start(policy, { threads, loss: nllShardLoss }) };
+  }),
+);
+const timed = new Map(sides.map((s) => [s.threads, { wallMs: 0, cpuUs: 0, losses: [] as number[] }]));
+/** The two-thread steps' time split (see ParallelStepResult.timings), summed over the timed steps. */
+const split = { shardMs: 0, replicaShardMs: 0, waitMs: 0, applyMs: 0 };
+for (let step = 0; step < WARMUP + STEPS; step++) {
+  for (const side of sides) {
+    const c0 = process.cpuUsage();
+    const t0 = performance.now();
+    const { loss, timings } = await side.trainer.trainStep(batchOf(step), 1, input);
+    const wallMs = performance.now() - t0;
+    const cpu = process.cpuUsage(c0);
+    if (step < WARMUP) continue;
+    const total = timed.get(side.threads)!;
+    total.wallMs += wallMs;
+    total.cpuUs += cpu.user + cpu.system;
+    total.losses.push(loss);
+    if (timings) for (const key of Object.keys(split) as Array<keyof typeof split>) split[key] += timings[key];
+  }
+}
+const tokens = STEPS * ROWS * LENGTH;
+const rate = (threads: number) => {
+  const t = timed.get(threads)!;
+  return { wall: tokens / (t.wallMs / 1000), cpu: tokens / (t.cpuUs / 1e6), stepMs: t.wallMs / STEPS };
+};
+const one = rate(1);
+const two = rate(2);
+const [a, b] = sides.map((s) => s.policy.values());
+let drift = 0;
+for (const [name, x] of a!) {
+  const y = b!.get(name)!;
+  for (let i = 0; i < x.length; i++) drift = Math.max(drift, Math.abs(x[i]! - y[i]!));
+}
+const lossGap = Math.max(...timed.get(1)!.losses.map((l, i) => Math.abs(l - timed.get(2)!.losses[i]!)));
+for (const side of sides) {
+  await side.trainer.close();
+  side.policy.dispose();
+}
+
+const fmt = (x: number, digits = 0) => x.toFixed(digits).padStart(9);
+console.log(
+  `\n${STEPS} timed steps each (after ${WARMUP} untimed), alternating   tokens/s wall  tokens/s cpu  ms/step`,
+);
+console.log(
+  `  1 thread                                          ${fmt(one.wall)}     ${fmt(one.cpu)} ${fmt(one.stepMs)}`,
+);
+console.log(
+  `  2 threads (data parallel)                         ${fmt(two.wall)}     ${fmt(two.cpu)} ${fmt(two.stepMs)}`,
+);
+console.log(
+  `  2 threads, per step: this thread's shard ${(split.shardMs / STEPS).toFixed(0)} ms, the replica's ${(split.replicaShardMs / STEPS).toFixed(0)} ms, waiting for it ${(split.waitMs / STEPS).toFixed(0)} ms, summed Adam step ${(split.applyMs / STEPS).toFixed(0)} ms`,
+);
+console.log(`  speed-up (wall)                                   ${fmt(two.wall / one.wall, 2)}x`);
+console.log(
+  `  largest |weight difference| after the run: ${drift.toExponential(2)}; largest |loss difference|: ${lossGap.toExponential(2)}`,
+);
+const loadAtEnd = loadavg()[0] as number;
+console.log(`load average ${loadAtStart.toFixed(2)} at the start, ${loadAtEnd.toFixed(2)} at the end`);
+printSummary(TrainSummary, {
+  trainTokPerS1Thread: figure(one.wall),
+  trainTokPerS2Threads: figure(two.wall),
+  dataParallelSpeedup: figure(two.wall / one.wall),
+  loadAverage: figure(loadAtEnd) ?? 0,
+});
