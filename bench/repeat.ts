@@ -14,7 +14,15 @@ import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import type { z } from "zod";
 import { intFlag } from "./flags.ts";
-import { ControllerSummary, load1, PipelineSummary, PolicySummary, parseSummary, TransportSummary } from "./summary.ts";
+import {
+  ControllerSummary,
+  load1,
+  PipelineSummary,
+  PolicySummary,
+  parseSummary,
+  TrainSummary,
+  TransportSummary,
+} from "./summary.ts";
 
 /** The benches whose last line this script can read, by the name after `bench:`. */
 const BENCHES: Record<string, { script: string; schema: z.ZodTypeAny }> = {
@@ -22,6 +30,7 @@ const BENCHES: Record<string, { script: string; schema: z.ZodTypeAny }> = {
   controller: { script: "controller.ts", schema: ControllerSummary },
   pipeline: { script: "pipeline.ts", schema: PipelineSummary },
   transport: { script: "transport.ts", schema: TransportSummary },
+  train: { script: "train.ts", schema: TrainSummary },
 };
 
 /** Keys that describe the run rather than measure it: reported, not spread. */

@@ -65,6 +65,6 @@ describe("bench:repeat", () => {
   it("refuses an unknown bench, naming the allowed ones", async () => {
     const run = await runProcess(process.execPath, ["--import", "tsx", REPEAT, "nope"], { timeoutMs: 30_000 });
     expect(run.status).toBe(2);
-    expect(run.stderr).toMatch(/unknown bench "nope"; allowed: policy, controller, pipeline, transport/);
+    expect(run.stderr).toMatch(/unknown bench "nope"; allowed: policy, controller, pipeline, transport, train/);
   });
 });
