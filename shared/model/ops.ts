@@ -110,18 +110,23 @@ export function embed(table: tf.Tensor2D, ids: Int32Array): tf.Tensor2D {
   const [vocab, width] = table.shape;
   return customOp([table], function embedForward() {
     const value = tf.tidy(() => tf.gather(table, tf.tensor1d(ids, "int32"))) as tf.Tensor2D;
-    const gradFunc = function embedBackward(dy: tf.Tensor) {
-      const g = data(dy);
-      const out = new Float32Array(vocab * width);
-      for (let n = 0; n < ids.length; n++) {
-        const src = n * width;
-        const dst = ids[n]! * width;
-        for (let j = 0; j < width; j++) out[dst + j]! += g[src + j]!;
-      }
-      return tf.tensor2d(out, [vocab, width]);
-    };
+    const gradFunc = (dy: tf.Tensor) => tf.tensor2d(embedBackward(data(dy), ids, vocab, width), [vocab, width]);
     return { value, gradFunc };
   });
+}
+
+/**
+ * Scatter-adds rows of g into a [vocab, width] table. Hot loops live in top-level functions: inside
+ * a gradient closure V8 optimised them several times worse (the attention's softmax backward ran ~6× slower).
+ */
+function embedBackward(g: Float32Array, ids: Int32Array, vocab: number, width: number): Float32Array {
+  const out = new Float32Array(vocab * width);
+  for (let n = 0; n < ids.length; n++) {
+    const src = n * width;
+    const dst = ids[n]! * width;
+    for (let j = 0; j < width; j++) out[dst + j]! += g[src + j]!;
+  }
+  return out;
 }
 
 /** x·W with a gradient that transposes explicitly (matMul's transposeA/B is 10–20× slower on wasm). */
@@ -158,6 +163,34 @@ export function rmsNormForward(
   return y;
 }
 
+/** RMSNorm's gradients w.r.t. x [N, d] and the gain [d]. */
+function rmsNormBackward(
+  xd: Float32Array,
+  gd: Float32Array,
+  dyd: Float32Array,
+  rows: number,
+  width: number,
+  eps: number,
+): { dx: Float32Array; dg: Float32Array } {
+  const dx = new Float32Array(rows * width);
+  const dg = new Float64Array(width);
+  for (let n = 0; n < rows; n++) {
+    const o = n * width;
+    let ss = 0;
+    for (let j = 0; j < width; j++) ss += xd[o + j]! * xd[o + j]!;
+    const r = 1 / Math.sqrt(ss / width + eps);
+    // dx_i = r·(dŷ_i) − r³·x_i·Σ_j dŷ_j x_j / d, where dŷ = dy·g.
+    let dot = 0;
+    for (let j = 0; j < width; j++) {
+      dot += dyd[o + j]! * gd[j]! * xd[o + j]!;
+      dg[j]! += dyd[o + j]! * xd[o + j]! * r;
+    }
+    const k = (r * r * r * dot) / width;
+    for (let j = 0; j < width; j++) dx[o + j] = r * dyd[o + j]! * gd[j]! - k * xd[o + j]!;
+  }
+  return { dx, dg: Float32Array.from(dg) };
+}
+
 /** RMSNorm with learned gain, [N, d] → [N, d]. */
 export function rmsNorm(x: tf.Tensor2D, gain: tf.Tensor1D, eps: number): tf.Tensor2D {
   const [rows, width] = x.shape;
@@ -165,25 +198,9 @@ export function rmsNorm(x: tf.Tensor2D, gain: tf.Tensor1D, eps: number): tf.Tens
     const xd = data(x);
     const gd = data(gain);
     const value = tf.tensor2d(rmsNormForward(xd, gd, rows, width, eps), [rows, width]);
-    const gradFunc = function rmsNormBackward(dy: tf.Tensor) {
-      const dyd = data(dy);
-      const dx = new Float32Array(rows * width);
-      const dg = new Float64Array(width);
-      for (let n = 0; n < rows; n++) {
-        const o = n * width;
-        let ss = 0;
-        for (let j = 0; j < width; j++) ss += xd[o + j]! * xd[o + j]!;
-        const r = 1 / Math.sqrt(ss / width + eps);
-        // dx_i = r·(dŷ_i) − r³·x_i·Σ_j dŷ_j x_j / d, where dŷ = dy·g.
-        let dot = 0;
-        for (let j = 0; j < width; j++) {
-          dot += dyd[o + j]! * gd[j]! * xd[o + j]!;
-          dg[j]! += dyd[o + j]! * xd[o + j]! * r;
-        }
-        const k = (r * r * r * dot) / width;
-        for (let j = 0; j < width; j++) dx[o + j] = r * dyd[o + j]! * gd[j]! - k * xd[o + j]!;
-      }
-      return [tf.tensor2d(dx, [rows, width]), tf.tensor1d(Float32Array.from(dg))];
+    const gradFunc = (dy: tf.Tensor) => {
+      const { dx, dg } = rmsNormBackward(xd, gd, data(dy), rows, width, eps);
+      return [tf.tensor2d(dx, [rows, width]), tf.tensor1d(dg)];
     };
     return { value, gradFunc };
   });
@@ -568,43 +585,66 @@ export function tokenLogProbsOnHost(
   const vocab = logits.shape[1];
   return customOp([logits], function logProbForward() {
     const l = data(logits);
-    const out = new Float32Array(source.length);
-    // Softmax rows per cell, kept for the backward pass (cells without a source stay unused).
-    const probs = new Float32Array(source.length * vocab);
     const invT = 1 / temperature;
-    for (let c = 0; c < source.length; c++) {
-      const row = source[c]!;
-      if (row < 0) continue;
-      const o = row * vocab;
-      let max = Number.NEGATIVE_INFINITY;
-      for (let j = 0; j < vocab; j++) max = Math.max(max, l[o + j]! * invT);
-      let sum = 0;
-      for (let j = 0; j < vocab; j++) {
-        const e = Math.exp(l[o + j]! * invT - max);
-        probs[c * vocab + j] = e;
-        sum += e;
-      }
-      const inv = 1 / sum;
-      for (let j = 0; j < vocab; j++) probs[c * vocab + j]! *= inv;
-      out[c] = l[o + targets[c]!]! * invT - (max + Math.log(sum));
-    }
+    const { out, probs } = logSoftmaxCells(l, source, targets, vocab, invT);
     const value = tf.tensor2d(out, shape);
-    const gradFunc = function logProbBackward(dy: tf.Tensor) {
-      const g = data(dy);
-      const dl = new Float32Array(l.length);
-      for (let c = 0; c < source.length; c++) {
-        const row = source[c]!;
-        const w = g[c]!;
-        if (row < 0 || w === 0) continue;
-        const o = row * vocab;
-        const k = w * invT;
-        for (let j = 0; j < vocab; j++) dl[o + j]! -= k * probs[c * vocab + j]!;
-        dl[o + targets[c]!]! += k;
-      }
-      return tf.tensor2d(dl, logits.shape);
-    };
+    const gradFunc = (dy: tf.Tensor) =>
+      tf.tensor2d(logSoftmaxCellsBackward(data(dy), probs, l.length, source, targets, vocab, invT), logits.shape);
     return { value, gradFunc };
   });
+}
+
+/** Per cell: log_softmax(logits row · invT)[target], and the softmax rows (kept for the backward pass). */
+function logSoftmaxCells(
+  l: Float32Array,
+  source: Int32Array,
+  targets: Int32Array,
+  vocab: number,
+  invT: number,
+): { out: Float32Array; probs: Float32Array } {
+  const out = new Float32Array(source.length);
+  // Cells without a source stay unused.
+  const probs = new Float32Array(source.length * vocab);
+  for (let c = 0; c < source.length; c++) {
+    const row = source[c]!;
+    if (row < 0) continue;
+    const o = row * vocab;
+    let max = Number.NEGATIVE_INFINITY;
+    for (let j = 0; j < vocab; j++) max = Math.max(max, l[o + j]! * invT);
+    let sum = 0;
+    for (let j = 0; j < vocab; j++) {
+      const e = Math.exp(l[o + j]! * invT - max);
+      probs[c * vocab + j] = e;
+      sum += e;
+    }
+    const inv = 1 / sum;
+    for (let j = 0; j < vocab; j++) probs[c * vocab + j]! *= inv;
+    out[c] = l[o + targets[c]!]! * invT - (max + Math.log(sum));
+  }
+  return { out, probs };
+}
+
+/** d logits: w·(onehot − p)·invT per cell with upstream weight w. */
+function logSoftmaxCellsBackward(
+  g: Float32Array,
+  probs: Float32Array,
+  size: number,
+  source: Int32Array,
+  targets: Int32Array,
+  vocab: number,
+  invT: number,
+): Float32Array {
+  const dl = new Float32Array(size);
+  for (let c = 0; c < source.length; c++) {
+    const row = source[c]!;
+    const w = g[c]!;
+    if (row < 0 || w === 0) continue;
+    const o = row * vocab;
+    const k = w * invT;
+    for (let j = 0; j < vocab; j++) dl[o + j]! -= k * probs[c * vocab + j]!;
+    dl[o + targets[c]!]! += k;
+  }
+  return dl;
 }
 
 /** log_softmax(logits/temperature)[token] for one row of logits, as the server reports it. */
