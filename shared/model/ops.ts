@@ -129,6 +129,41 @@ function embedBackward(g: Float32Array, ids: Int32Array, vocab: number, width: n
   return out;
 }
 
+/**
+ * xᵀ for a [rows, cols] tensor. On wasm and cpu the data is in host memory and a JS pass wins:
+ * readback, transpose, upload took 0.6 ms for [2048, 128] against 3.9 ms in the wasm Transpose
+ * kernel (2.5 against 7.4 ms at [2048, 384]); a device backend keeps its own op.
+ */
+export function transpose2d(x: tf.Tensor2D): tf.Tensor2D {
+  if (tf.getBackend() !== "wasm" && tf.getBackend() !== "cpu") return tf.transpose(x);
+  const [rows, cols] = x.shape;
+  return tf.tensor2d(transposeRows(data(x), rows, cols), [cols, rows]);
+}
+
+/**
+ * Transpose of a row-major [rows, cols] buffer, four source rows at a time: reads stream along
+ * four rows and each output row takes four adjacent writes (1.5–2× faster than square tiles).
+ */
+export function transposeRows(src: Float32Array, rows: number, cols: number): Float32Array {
+  const out = new Float32Array(rows * cols);
+  let i = 0;
+  for (; i + 4 <= rows; i += 4) {
+    const a = i * cols;
+    const b = a + cols;
+    const c = b + cols;
+    const d = c + cols;
+    for (let j = 0; j < cols; j++) {
+      const o = j * rows + i;
+      out[o] = src[a + j]!;
+      out[o + 1] = src[b + j]!;
+      out[o + 2] = src[c + j]!;
+      out[o + 3] = src[d + j]!;
+    }
+  }
+  for (; i < rows; i++) for (let j = 0; j < cols; j++) out[j * rows + i] = src[i * cols + j]!;
+  return out;
+}
+
 /** x·W with a gradient that transposes explicitly (matMul's transposeA/B is 10–20× slower on wasm). */
 export function linear(x: tf.Tensor2D, w: tf.Tensor2D): tf.Tensor2D {
   return customOp([x, w], function linearForward(save) {
@@ -136,8 +171,9 @@ export function linear(x: tf.Tensor2D, w: tf.Tensor2D): tf.Tensor2D {
     const value = tf.matMul(x, w) as tf.Tensor2D;
     const gradFunc = (dy: tf.Tensor, saved: tf.Tensor[]) => {
       const [xs, ws] = saved as [tf.Tensor2D, tf.Tensor2D];
+      // Wᵀ stays a backend op: small, and a weight is never read back during a step.
       const dx = tf.tidy(() => tf.matMul(dy as tf.Tensor2D, tf.transpose(ws)));
-      const dw = tf.tidy(() => tf.matMul(tf.transpose(xs), dy as tf.Tensor2D));
+      const dw = tf.tidy(() => tf.matMul(transpose2d(xs), dy as tf.Tensor2D));
       return [dx, dw];
     };
     return { value, gradFunc };
