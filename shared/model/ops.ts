@@ -610,7 +610,11 @@ export function tokenLogProbsOnDevice(
   });
 }
 
-/** tokenLogProbs as one host pass; the gradient is w·(onehot − p)/temperature, in one pass too. */
+/**
+ * tokenLogProbs on the host: the softmax rows come from the backend (its exp is SIMD; Math.exp in a
+ * JS loop was most of this op's time), the picked log-probs and the gradient w·(onehot − p)/temperature
+ * from one JS pass each.
+ */
 export function tokenLogProbsOnHost(
   logits: tf.Tensor2D,
   source: Int32Array,
@@ -622,62 +626,55 @@ export function tokenLogProbsOnHost(
   return customOp([logits], function logProbForward() {
     const l = data(logits);
     const invT = 1 / temperature;
-    const { out, probs } = logSoftmaxCells(l, source, targets, vocab, invT);
-    const value = tf.tensor2d(out, shape);
+    const probs = tidyRead(() => data(tf.softmax(invT === 1 ? logits : tf.mul(logits, invT))));
+    const value = tf.tensor2d(pickedLogProbs(l, probs, source, targets, vocab, invT), shape);
     const gradFunc = (dy: tf.Tensor) =>
-      tf.tensor2d(logSoftmaxCellsBackward(data(dy), probs, l.length, source, targets, vocab, invT), logits.shape);
+      tf.tensor2d(logProbsBackward(data(dy), probs, source, targets, vocab, invT), logits.shape);
     return { value, gradFunc };
   });
 }
 
-/** Per cell: log_softmax(logits row · invT)[target], and the softmax rows (kept for the backward pass). */
-function logSoftmaxCells(
+/**
+ * log p[target] per cell from the logits row and its softmax p: with m the row's largest logit at
+ * index a, log p_t = (l_t − m)/T + log p_a, and p_a ≥ 1/vocab, so no tiny probability is logged.
+ */
+function pickedLogProbs(
   l: Float32Array,
-  source: Int32Array,
-  targets: Int32Array,
-  vocab: number,
-  invT: number,
-): { out: Float32Array; probs: Float32Array } {
-  const out = new Float32Array(source.length);
-  // Cells without a source stay unused.
-  const probs = new Float32Array(source.length * vocab);
-  for (let c = 0; c < source.length; c++) {
-    const row = source[c]!;
-    if (row < 0) continue;
-    const o = row * vocab;
-    let max = Number.NEGATIVE_INFINITY;
-    for (let j = 0; j < vocab; j++) max = Math.max(max, l[o + j]! * invT);
-    let sum = 0;
-    for (let j = 0; j < vocab; j++) {
-      const e = Math.exp(l[o + j]! * invT - max);
-      probs[c * vocab + j] = e;
-      sum += e;
-    }
-    const inv = 1 / sum;
-    for (let j = 0; j < vocab; j++) probs[c * vocab + j]! *= inv;
-    out[c] = l[o + targets[c]!]! * invT - (max + Math.log(sum));
-  }
-  return { out, probs };
-}
-
-/** d logits: w·(onehot − p)·invT per cell with upstream weight w. */
-function logSoftmaxCellsBackward(
-  g: Float32Array,
   probs: Float32Array,
-  size: number,
   source: Int32Array,
   targets: Int32Array,
   vocab: number,
   invT: number,
 ): Float32Array {
-  const dl = new Float32Array(size);
+  const out = new Float32Array(source.length);
+  for (let c = 0; c < source.length; c++) {
+    const row = source[c]!;
+    if (row < 0) continue;
+    const o = row * vocab;
+    let best = 0;
+    for (let j = 1; j < vocab; j++) if (l[o + j]! > l[o + best]!) best = j;
+    out[c] = (l[o + targets[c]!]! - l[o + best]!) * invT + Math.log(probs[o + best]!);
+  }
+  return out;
+}
+
+/** d logits [rows, vocab]: w·(onehot − p)/T on each cell's row, with upstream weight w. */
+function logProbsBackward(
+  g: Float32Array,
+  probs: Float32Array,
+  source: Int32Array,
+  targets: Int32Array,
+  vocab: number,
+  invT: number,
+): Float32Array {
+  const dl = new Float32Array(probs.length);
   for (let c = 0; c < source.length; c++) {
     const row = source[c]!;
     const w = g[c]!;
     if (row < 0 || w === 0) continue;
     const o = row * vocab;
     const k = w * invT;
-    for (let j = 0; j < vocab; j++) dl[o + j]! -= k * probs[c * vocab + j]!;
+    for (let j = 0; j < vocab; j++) dl[o + j]! -= k * probs[o + j]!;
     dl[o + targets[c]!]! += k;
   }
   return dl;
