@@ -326,9 +326,11 @@ console.log(
 );
 console.log(`log-probs tokens/s (forward only): ${fmt(forward.wall)} wall  ${fmt(forward.cpu)} cpu`);
 
-// FLOPs: 2 per weight per token forward, ×3 with the backward; attention computes full L×L scores
-// (causal mask applied after), 4·L·d per token forward.
-const trainFlopsPerToken = 3 * (2 * denseParams + config.layers * 4 * 256 * d);
+// FLOPs: 2 per weight per token forward, ×3 with the backward. Attention counts the causal work
+// only, 4·d per (query, visible key), (L+1)/2 keys per query on average: what the math needs, not
+// what an implementation computes (the training path skips key blocks past each query block but
+// still computes the masked half of the diagonal blocks; counting those would reward waste).
+const trainFlopsPerToken = 3 * (2 * denseParams + config.layers * 4 * ((256 + 1) / 2) * d);
 const decodeFlopsPerToken = 2 * denseParams + config.layers * 4 * (promptLength + decodeSteps / 2) * d;
 console.log(
   `\nachieved GFLOP/s (fraction of matMul 512x512: median of ${matmulRounds.length} rounds, ${matmulGflops.cpu.toFixed(1)} GFLOP/s cpu)`,
