@@ -13,6 +13,7 @@ import { spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import type { z } from "zod";
+import { DATA_PARALLEL_NODE_FLAGS } from "../shared/model/dataParallelFlags.ts";
 import { intFlag } from "./flags.ts";
 import {
   ControllerSummary,
@@ -25,12 +26,13 @@ import {
 } from "./summary.ts";
 
 /** The benches whose last line this script can read, by the name after `bench:`. */
-const BENCHES: Record<string, { script: string; schema: z.ZodTypeAny }> = {
+const BENCHES: Record<string, { script: string; schema: z.ZodTypeAny; nodeFlags?: readonly string[] }> = {
   policy: { script: "policy.ts", schema: PolicySummary },
   controller: { script: "controller.ts", schema: ControllerSummary },
   pipeline: { script: "pipeline.ts", schema: PipelineSummary },
   transport: { script: "transport.ts", schema: TransportSummary },
-  train: { script: "train.ts", schema: TrainSummary },
+  // as `npm run bench:train` runs it
+  train: { script: "train.ts", schema: TrainSummary, nodeFlags: DATA_PARALLEL_NODE_FLAGS },
 };
 
 /** Keys that describe the run rather than measure it: reported, not spread. */
@@ -66,9 +68,9 @@ export function summarizeRuns(
     });
 }
 
-function runOnce(script: string, args: readonly string[]): Promise<string> {
+function runOnce(script: string, args: readonly string[], nodeFlags: readonly string[] = []): Promise<string> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ["--import", "tsx", script, ...args], {
+    const child = spawn(process.execPath, [...nodeFlags, "--import", "tsx", script, ...args], {
       stdio: ["ignore", "pipe", "inherit"],
     });
     let stdout = "";
@@ -103,7 +105,9 @@ async function main(): Promise<void> {
   for (let i = 1; i <= runs; i++) {
     loads.push(load1());
     process.stderr.write(`bench:${name} run ${i}/${runs} (load average ${loads.at(-1)})\n`);
-    summaries.push(parseSummary(bench.schema, await runOnce(script, benchArgs)) as Record<string, unknown>);
+    summaries.push(
+      parseSummary(bench.schema, await runOnce(script, benchArgs, bench.nodeFlags)) as Record<string, unknown>,
+    );
   }
   const rows = summarizeRuns(summaries);
   const width = Math.max(...rows.map((row) => row.key.length), 6);

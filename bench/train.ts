@@ -17,6 +17,7 @@ import { loadavg } from "node:os";
 import { parseArgs } from "node:util";
 import { ModelConfig } from "../shared/config/policy.ts";
 import { DataParallelTrainer } from "../shared/model/dataParallel.ts";
+import { DATA_PARALLEL_NODE_FLAGS, missingNodeFlags } from "../shared/model/dataParallelFlags.ts";
 import { type BackendPreference, createPolicy, initBackend } from "../shared/model/index.ts";
 import nllShardLoss, { type NllInput } from "../trainer-image/sft/nllShard.ts";
 import { intFlag } from "./flags.ts";
@@ -39,6 +40,12 @@ const info = await initBackend(preference);
 const config = ModelConfig.parse({});
 const loadAtStart = loadavg()[0] as number;
 console.log(`backend ${info.name} (${info.source}); load average ${loadAtStart.toFixed(2)}`);
+const missingFlags = missingNodeFlags();
+console.log(
+  missingFlags.length === 0
+    ? `node flags: ${DATA_PARALLEL_NODE_FLAGS.join(" ")} (as the launcher gives a data-parallel trainer)`
+    : `node flags missing: ${missingFlags.join(" ")} (npm run bench:train passes them; without them two threads are slower)`,
+);
 console.log(
   `model d=${config.dModel} layers=${config.layers} heads=${config.heads}/${config.kvHeads} ffn=${config.ffnHidden} vocab=${config.vocabSize}; ${ROWS} x ${LENGTH} tokens per step`,
 );

@@ -4,6 +4,7 @@ import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { ExperimentConfig } from "../../shared/config/index.ts";
 import { createLogger, type Logger } from "../../shared/log.ts";
+import { nodeFlagsForThreads } from "../../shared/model/dataParallelFlags.ts";
 import { checkpointFolderStore } from "../../shared/model/hf/base.ts";
 import { copyVersion, newestVersion, versionPrefix } from "../../shared/protocol/checkpoints.ts";
 import type { EvalReport, StepMetrics } from "../../shared/protocol/metrics.ts";
@@ -126,6 +127,7 @@ export async function runPipeline(options: PipelineOptions): Promise<PipelineRes
     supervisor.start({
       name: "trainer",
       args: ["trainer", "--config", configFile, "--metrics", metricsFile],
+      nodeFlags: nodeFlagsForThreads(config.trainer.dataParallel),
       primary: true,
       maxRestarts: restarts,
     });

@@ -18,6 +18,8 @@ export interface RoleSpec {
   readonly name: string;
   /** Arguments after `agentrl`, e.g. ["controller", "--port", "5020"]. */
   readonly args: readonly string[];
+  /** Flags for `node` itself, before the script (V8 flags that NODE_OPTIONS does not allow). */
+  readonly nodeFlags?: readonly string[];
   readonly env?: Readonly<Record<string, string>>;
   /** A role whose exit ends the run (the trainer); others exiting early is a failure. */
   readonly primary?: boolean;
@@ -95,7 +97,7 @@ export class Supervisor {
 
   private launch(role: Running, finish: (exit: RoleExit) => void): void {
     const { spec, log } = role;
-    const child = spawn(process.execPath, [AGENTRL_BIN, ...spec.args], {
+    const child = spawn(process.execPath, [...(spec.nodeFlags ?? []), AGENTRL_BIN, ...spec.args], {
       env: { ...this.baseEnv, ...spec.env },
       stdio: ["ignore", "pipe", "pipe"],
     });

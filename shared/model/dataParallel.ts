@@ -4,6 +4,7 @@ import type { ModelConfig } from "../config/policy.ts";
 import { AgentRlError } from "../errors.ts";
 import type { Logger } from "../log.ts";
 import { backendInfo } from "./backend.ts";
+import { missingNodeFlags } from "./dataParallelFlags.ts";
 import { FromReplica, type ReplicaWeights, type ToReplica } from "./dataParallelProtocol.ts";
 import { ModelInputError, type TransformerPolicy } from "./transformer.ts";
 
@@ -328,6 +329,12 @@ export class DataParallelTrainer<I, S> {
     if (!Number.isInteger(threads) || threads < 1)
       throw new DataParallelError(`threads: ${threads} is not allowed (must be an integer ≥ 1)`);
     if (threads === 1) return new DataParallelTrainer(policy, options, [], undefined);
+    const missing = missingNodeFlags();
+    if (missing.length > 0)
+      options.log?.warn(
+        { missing },
+        `data-parallel training runs slower without node ${missing.join(" ")} (garbage collection on helper threads takes time from the training threads); start node with them`,
+      );
     const backend = backendInfo()?.name;
     if (backend !== "wasm" && backend !== "cpu" && backend !== "tensorflow")
       throw new DataParallelError(

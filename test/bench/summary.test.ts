@@ -1,6 +1,7 @@
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 import { figure, PolicySummary, parseSummary, TrainSummary, TransportSummary } from "../../bench/summary.ts";
+import { DATA_PARALLEL_NODE_FLAGS } from "../../shared/model/dataParallelFlags.ts";
 import { runProcess } from "../support/cli.ts";
 
 const TRANSPORT_BENCH = fileURLToPath(new URL("../../bench/transport.ts", import.meta.url));
@@ -38,7 +39,9 @@ describe("bench summary line", () => {
   }, 150_000);
 
   it("bench:train ends with its JSON summary (one timed step per side)", async () => {
-    const run = await runProcess(process.execPath, ["--import", "tsx", TRAIN_BENCH, "--steps", "1", "--warmup", "0"], {
+    const args = ["--import", "tsx", TRAIN_BENCH, "--steps", "1", "--warmup", "0"];
+    // as `npm run bench:train` runs it
+    const run = await runProcess(process.execPath, [...DATA_PARALLEL_NODE_FLAGS, ...args], {
       timeoutMs: 120_000,
       env: { AGENTRL_BACKEND: "wasm" },
     });
@@ -54,6 +57,7 @@ describe("bench summary line", () => {
     const drift = Number(/largest \|weight difference\| after the run: ([\d.e+-]+)/.exec(run.stdout)?.[1]);
     expect(drift).toBeLessThan(1e-4);
     expect(run.stdout).toMatch(/2 threads \(data parallel\)/);
+    expect(run.stdout).toContain(`node flags: ${DATA_PARALLEL_NODE_FLAGS.join(" ")}`);
   }, 150_000);
 
   it("a last line that is not JSON, or lacks a key, is refused", () => {

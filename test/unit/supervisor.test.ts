@@ -2,6 +2,11 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { Supervisor } from "../../cli/launch/supervisor.ts";
+import {
+  DATA_PARALLEL_NODE_FLAGS,
+  missingNodeFlags,
+  nodeFlagsForThreads,
+} from "../../shared/model/dataParallelFlags.ts";
 import { tempDir } from "../support/tmp.ts";
 
 describe("Supervisor", () => {
@@ -23,5 +28,25 @@ describe("Supervisor", () => {
     expect(exits.map((e) => e.name)).toEqual(["bad-worker", "controller"]);
     expect(readFileSync(join(runDir, "logs", "bad-worker.log"), "utf8")).toMatch(/no-such-task/);
     await expect(fetch(`${url}/api/list_workers`)).rejects.toThrow();
+  });
+
+  it.skipIf(process.platform !== "linux")("gives a role's node flags to node itself, before the script", async () => {
+    const supervisor = new Supervisor(tempDir("agentrl-supervisor-flags-"));
+    supervisor.start({ name: "controller", args: ["controller", "--port", "0"], nodeFlags: DATA_PARALLEL_NODE_FLAGS });
+    try {
+      await supervisor.urlOf("controller");
+      const pid = supervisor.pidOf("controller") as number;
+      const argv = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0").filter(Boolean);
+      // node <flags> bin/agentrl.mjs controller …: V8 takes these flags only on node's own command line
+      expect(argv.slice(1, 1 + DATA_PARALLEL_NODE_FLAGS.length)).toEqual([...DATA_PARALLEL_NODE_FLAGS]);
+      expect(argv[1 + DATA_PARALLEL_NODE_FLAGS.length]).toMatch(/agentrl\.mjs$/);
+      expect(missingNodeFlags(argv.slice(1))).toEqual([]);
+      expect(missingNodeFlags(["--single-threaded-gc"])).toEqual(["--max-semi-space-size=64"]);
+      // what the launcher gives the trainer: the flags only when it trains over threads
+      expect(nodeFlagsForThreads(1)).toEqual([]);
+      expect(nodeFlagsForThreads(2)).toEqual(DATA_PARALLEL_NODE_FLAGS);
+    } finally {
+      await supervisor.stopAll();
+    }
   });
 });
