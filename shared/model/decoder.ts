@@ -2,7 +2,7 @@ import type * as tf from "@tensorflow/tfjs";
 import { AgentRlError } from "../errors.ts";
 import { DecodeWeights, hostMatMul } from "./decodeWeights.ts";
 import { KernelMemory } from "./kernel.ts";
-import type { Dims } from "./ops.ts";
+import { type Dims, rmsNormInto } from "./ops.ts";
 import type { TransformerPolicy } from "./transformer.ts";
 import type { Decoder, InferencePolicy } from "./types.ts";
 
@@ -36,24 +36,6 @@ export interface PrefixCacheStats {
   reusedTokens: number;
   /** Prompt tokens prefilled (computed). */
   prefilledTokens: number;
-}
-
-/** y = x / rms(x) · g for `rows` rows of width `width`, into `y` (the training path's rmsNormForward, without allocating). */
-function rmsNormInto(
-  x: Float32Array,
-  g: Float32Array,
-  rows: number,
-  width: number,
-  eps: number,
-  y: Float32Array,
-): void {
-  for (let n = 0; n < rows; n++) {
-    const o = n * width;
-    let ss = 0;
-    for (let j = 0; j < width; j++) ss += x[o + j]! * x[o + j]!;
-    const r = 1 / Math.sqrt(ss / width + eps);
-    for (let j = 0; j < width; j++) y[o + j] = x[o + j]! * r * g[j]!;
-  }
 }
 
 /** Host rows a pass works in, reused across steps (grown for a longer prefill). */

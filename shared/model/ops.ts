@@ -180,7 +180,25 @@ export function linear(x: tf.Tensor2D, w: tf.Tensor2D): tf.Tensor2D {
   });
 }
 
-/** y = x / rms(x) · g over rows of a [N, d] buffer (plain arrays; shared with the decoder). */
+/** y = x / rms(x) · g over rows of a [N, d] buffer, into `y` (plain arrays; the decoder reuses its `y`). */
+export function rmsNormInto(
+  x: Float32Array,
+  g: Float32Array,
+  rows: number,
+  width: number,
+  eps: number,
+  y: Float32Array,
+): void {
+  for (let n = 0; n < rows; n++) {
+    const o = n * width;
+    let ss = 0;
+    for (let j = 0; j < width; j++) ss += x[o + j]! * x[o + j]!;
+    const r = 1 / Math.sqrt(ss / width + eps);
+    for (let j = 0; j < width; j++) y[o + j] = x[o + j]! * r * g[j]!;
+  }
+}
+
+/** rmsNormInto into a new array. */
 export function rmsNormForward(
   x: Float32Array,
   g: Float32Array,
@@ -189,13 +207,7 @@ export function rmsNormForward(
   eps: number,
 ): Float32Array {
   const y = new Float32Array(rows * width);
-  for (let n = 0; n < rows; n++) {
-    const o = n * width;
-    let ss = 0;
-    for (let j = 0; j < width; j++) ss += x[o + j]! * x[o + j]!;
-    const r = 1 / Math.sqrt(ss / width + eps);
-    for (let j = 0; j < width; j++) y[o + j] = x[o + j]! * r * g[j]!;
-  }
+  rmsNormInto(x, g, rows, width, eps, y);
   return y;
 }
 
