@@ -5,11 +5,11 @@
  * Each phase stops at its message/object count or its time cap, whichever comes first.
  * The last line of stdout is the JSON summary (bench/summary.ts `TransportSummary`).
  *
- * Each message phase first runs 0.3 s unmeasured (JIT, caches): short phases spread 30% between
- * runs on a quiet machine.
+ * Each message phase first runs 0.3 s unmeasured (JIT, caches), then up to 10 s: 3 s phases spread
+ * 30% between runs on a quiet machine, 10 s local phases 6–12% (whole runs still vary with the host).
  *
  * Flags: --messages N (per message phase, default 100000: local phases run to the time cap),
- * --objects N (per object phase, default 500), --phase-ms X (time cap of a phase, default 3000),
+ * --objects N (per object phase, default 500), --phase-ms X (time cap of a phase, default 10000),
  * --local-only (skip moto: its figures are null in the summary).
  */
 import { mkdtemp, rm } from "node:fs/promises";
@@ -27,7 +27,7 @@ const { values: flags } = parseArgs({
   options: {
     messages: { type: "string", default: "100000" },
     objects: { type: "string", default: "500" },
-    "phase-ms": { type: "string", default: "3000" },
+    "phase-ms": { type: "string", default: "10000" },
     "local-only": { type: "boolean", default: false },
   },
 });
