@@ -12,8 +12,9 @@ describe("chaos: every role SIGKILLed once during a run", () => {
     const report = await runChaos({
       runDir: tempDir("agentrl-chaos-"),
       // Enough steps that the trainer is still running when the round's last kill comes, even on a
-      // quiet machine where a tiny step takes a second.
-      steps: 24,
+      // quiet machine where a tiny step takes well under a second (24 ran out before the trainer's
+      // kill once training got faster).
+      steps: 40,
       rounds: 1,
       chaosMs: 150_000,
       pauseMs: [1_000, 3_000],
