@@ -8,6 +8,8 @@ export const TASK_MODULES: Readonly<Record<string, () => Promise<TaskModule>>> =
   example: () => import("./example/index.ts").then((m) => m.taskModule),
   alfworld: () => import("./alfworld/index.ts").then((m) => m.taskModule),
   db: () => import("./db/index.ts").then((m) => m.taskModule),
+  "dbbench-std": () => import("./dbbench/index.ts").then((m) => m.stdModule),
+  "dbbench-dev": () => import("./dbbench/index.ts").then((m) => m.devModule),
   os: () => import("./os/index.ts").then((m) => m.taskModule),
   kg: () => import("./kg/index.ts").then((m) => m.taskModule),
   webshop: () => import("./webshop/index.ts").then((m) => m.taskModule),

@@ -103,7 +103,17 @@ export function register(program: Command): void {
             `(${stats.successes}/${count}), avg reward ${stats.meanReward.toFixed(3)}, avg turns ${stats.meanTurns.toFixed(2)}, ` +
             `statuses ${JSON.stringify(stats.statuses)}`,
         );
+        // Every instance the expert misses is a finding about the task: list each one.
+        if (agent === module.expert)
+          for (const miss of stats.misses) {
+            const kind = module.task.categoryOf?.(miss.index);
+            const seen = miss.lastObservation.replace(/\s+/g, " ").slice(0, 200);
+            lines.push(
+              `  expert miss: index ${miss.index}${kind ? ` (${kind})` : ""}: ${miss.status}, reward ${miss.reward}; last observation: ${seen}`,
+            );
+          }
       }
+      await module.task.close?.();
       process.stdout.write(`${lines.join("\n")}\n`);
       if (failed) throw new AgentRlError(`the expert agent of ${name} solved none of the ${count} instances`);
     });

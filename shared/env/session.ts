@@ -78,7 +78,12 @@ export class EpisodeSession {
     this.turns += 1;
     const calls = message.tool_calls ?? [];
     const out: ChatMessage[] = [];
+    const lenient = this.task.agentErrors;
     if (calls.length === 0) {
+      if (lenient) {
+        out.push({ role: "user", content: lenient.noToolCall });
+        return this.afterTurn(out);
+      }
       out.push({ role: "user", content: "No tool was called. Every turn must call one of the provided tools." });
       await this.end("agent validation failed");
       return this.result(out);
@@ -103,6 +108,10 @@ export class EpisodeSession {
         content,
       });
       const tool = this.task.tools.find((t) => t.name === call.function.name);
+      if (!tool && lenient) {
+        out.push(reply(lenient.unknownTool));
+        continue;
+      }
       if (!tool) {
         const allowed = this.task.tools.map((t) => t.name).join(", ");
         out.push(reply(`Error: unknown tool "${echo(call.function.name)}". Available tools: ${allowed}.`));
@@ -113,6 +122,10 @@ export class EpisodeSession {
       try {
         rawArgs = call.function.arguments.trim() === "" ? {} : JSON.parse(call.function.arguments);
       } catch {
+        if (lenient) {
+          out.push(reply(lenient.badArguments));
+          continue;
+        }
         out.push(reply(`Error: the arguments of ${tool.name} are not valid JSON: ${echo(call.function.arguments)}`));
         await this.end("agent validation failed");
         break;
@@ -121,6 +134,7 @@ export class EpisodeSession {
       if (!parsed.success) {
         const why = parsed.error.issues.map((i) => `${formatPath(i.path) || "arguments"}: ${i.message}`).join("; ");
         out.push(reply(`Error: invalid arguments for ${tool.name}: ${echo(why)}`));
+        if (lenient) continue;
         await this.end("agent validation failed");
         break;
       }
@@ -143,6 +157,10 @@ export class EpisodeSession {
         break;
       }
     }
+    return this.afterTurn(out);
+  }
+
+  private async afterTurn(out: ChatMessage[]): Promise<TurnResult> {
     if (!this.finished && this.turns >= this.task.maxTurns) await this.end("task limit reached");
     return this.result(out);
   }
@@ -208,6 +226,8 @@ export interface ScriptedStats {
   readonly meanReward: number;
   readonly meanTurns: number;
   readonly statuses: Record<string, number>;
+  /** Episodes not solved, with what the agent read last: for an expert, each is a finding. */
+  readonly misses: ReadonlyArray<{ index: number; status: string; reward: number; lastObservation: string }>;
 }
 
 /** Plays `agent` on each index in turn and sums up the episodes (`env check`, the tasks' own tests). */
@@ -220,9 +240,15 @@ export async function scriptedStats(
   let rewardSum = 0;
   let turnSum = 0;
   const statuses: Record<string, number> = {};
+  const misses: ScriptedStats["misses"][number][] = [];
   for (const index of indices) {
     const run = await runScripted(task, index, agent);
     if (run.status === "completed" && run.reward >= 1) successes += 1;
+    else {
+      const last = [...run.messages].reverse().find((m) => m.role === "tool" || m.role === "user");
+      const lastObservation = last && typeof last.content === "string" ? last.content : "";
+      misses.push({ index, status: run.status, reward: run.reward, lastObservation });
+    }
     rewardSum += run.reward;
     turnSum += run.turns;
     statuses[run.status] = (statuses[run.status] ?? 0) + 1;
@@ -235,5 +261,6 @@ export async function scriptedStats(
     meanReward: rewardSum / n,
     meanTurns: turnSum / n,
     statuses,
+    misses,
   };
 }

@@ -55,6 +55,24 @@ export interface TaskDefinition {
   /** Assistant turns allowed before `task limit reached`. */
   readonly maxTurns: number;
   readonly splits: { readonly train: IndexRange; readonly test: IndexRange };
+  /**
+   * How an agent's malformed turn is answered. Absent (AgentRL's rule): a turn without a tool
+   * call, an unknown tool or bad arguments end the episode (`agent validation failed` /
+   * `agent invalid action`). Present (AgentBench FC's own tasks): the agent reads the given text,
+   * the turn counts, and the episode goes on until it ends or reaches `maxTurns`.
+   */
+  readonly agentErrors?: {
+    readonly noToolCall: string;
+    readonly unknownTool: string;
+    readonly badArguments: string;
+  };
+  /**
+   * The kind of instance `index` (DBBench's question type, ...), for evaluation tables that break
+   * success down the way the benchmark reports it; absent for tasks without kinds.
+   */
+  categoryOf?(index: number): string | undefined;
+  /** Frees what the task holds across episodes (a database server, its connections); called once when its worker stops. */
+  close?(): Promise<void>;
   /** Builds the episode of instance `index`; deterministic by index. */
   start(index: number, signal: AbortSignal): Promise<Episode>;
 }

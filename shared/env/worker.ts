@@ -328,6 +328,7 @@ export class TaskWorker {
   async close(): Promise<void> {
     clearInterval(this.sweepTimer);
     await this.cancelAll();
+    await this.task.close?.();
   }
 }
 
