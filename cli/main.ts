@@ -9,6 +9,7 @@ const COMMANDS: ReadonlyArray<() => Promise<{ register(program: Command): void }
   () => import("./commands/config.ts"),
   () => import("./commands/controller.ts"),
   () => import("./commands/env.ts"),
+  () => import("./commands/data.ts"),
   () => import("./commands/container.ts"),
   () => import("./commands/sweep.ts"),
   () => import("./commands/eval.ts"),

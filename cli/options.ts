@@ -1,4 +1,6 @@
+import { resolve } from "node:path";
 import type { Command } from "commander";
+import { AGENTBENCH_DIR_ENV } from "../shared/agentbench/data.ts";
 import { type ExperimentConfig, loadConfig } from "../shared/config/index.ts";
 
 /** Adds the options every experiment-running command shares: --config and --set. */
@@ -8,6 +10,11 @@ export function withConfigOptions(command: Command): Command {
     .option("--set <path=value...>", "override a config field, e.g. --set trainer.maxSteps=5", []);
 }
 
-export function configFromOptions(options: { config?: string; set?: string[] }): Promise<ExperimentConfig> {
-  return loadConfig(options.config, { overrides: options.set ?? [] });
+export async function configFromOptions(options: { config?: string; set?: string[] }): Promise<ExperimentConfig> {
+  const config = await loadConfig(options.config, { overrides: options.set ?? [] });
+  // The AgentBench tasks find their data through one channel, the environment, which every role
+  // this process starts inherits; the config's field fills it when the user has not.
+  const { dir } = config.tasks.agentbench;
+  if (dir && !process.env[AGENTBENCH_DIR_ENV]) process.env[AGENTBENCH_DIR_ENV] = resolve(dir);
+  return config;
 }

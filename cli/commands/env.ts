@@ -81,13 +81,16 @@ export function register(program: Command): void {
 
   registerPool(env);
 
-  env
+  const check = env
     .command("check")
     .description("run the task's expert and random agents over the first N indices of a split")
     .argument("<task>", "task name from env-images/registry.ts")
     .option("--split <split>", "train or test", splitOption, "test")
-    .option("--n <n>", "number of indices (from the start of the split)", intOption("--n", 1), 20)
-    .action(async (name: string, options: { split: "train" | "test"; n: number }) => {
+    .option("--n <n>", "number of indices (from the start of the split)", intOption("--n", 1), 20);
+  withConfigOptions(check).action(
+    async (name: string, options: { split: "train" | "test"; n: number; config?: string; set?: string[] }) => {
+      // Read for tasks.agentbench.dir (the AgentBench tasks' data folder).
+      if (options.config || options.set?.length) await configFromOptions(options);
       const module = await loadTask(name);
       const { scriptedStats } = await import("../../shared/env/session.ts");
       const range = module.task.splits[options.split];
@@ -116,7 +119,8 @@ export function register(program: Command): void {
       await module.task.close?.();
       process.stdout.write(`${lines.join("\n")}\n`);
       if (failed) throw new AgentRlError(`the expert agent of ${name} solved none of the ${count} instances`);
-    });
+    },
+  );
 }
 
 async function loadTask(name: string) {

@@ -28,6 +28,7 @@ export const CONFIG_READERS: Readonly<Record<string, readonly string[]>> = {
   "tasks.mix[].maxAgeSeconds": ["cli/commands/envPool.ts"],
   "tasks.mix[].warmWorkers": ["cli/commands/envPool.ts"],
   "tasks.mix[].exclusive": ["cli/commands/envPool.ts"],
+  "tasks.agentbench.dir": ["cli/options.ts"],
   "tasks.controllerPort": ["infra/stacks/computeStack.ts"],
   "tasks.controllerUrl": ["cli/launch/pipeline.ts"],
   "policy.model.vocabSize": ["shared/model/transformer.ts"],

@@ -61,6 +61,19 @@ export const TasksConfig = z
       .default(TASK_NAMES.map((name) => TaskMixEntry.parse({ name })))
       .describe("tasks trained together and their shares (default: all five, equal weights)"),
     controllerPort: z.number().int().min(1).max(65_535).default(5020).describe("controller port"),
+    agentbench: z
+      .object({
+        dir: z
+          .string()
+          .min(1)
+          .optional()
+          .describe(
+            "AgentBench data folder (its layout: data/dbbench/..., data/os_interaction/...) for the dbbench-*/os-* tasks; AGENTRL_AGENTBENCH_DIR wins; default .agentrl/agentbench when present",
+          ),
+      })
+      .strict()
+      .prefault({})
+      .describe("AgentBench's published task data (`agentrl data fetch agentbench`)"),
     /** Use an already running controller instead of starting one. */
     controllerUrl: z.string().url().optional().describe("external controller URL"),
   })
