@@ -232,14 +232,10 @@ export class MysqlHost {
   /** Drops databases and users left by workers whose lock is free (crashed or killed). */
   async sweepOrphans(): Promise<number> {
     const owners = new Set<string>();
-    const databases = (await run(
-      this.admin,
-      "SELECT SCHEMA_NAME FROM information_schema.SCHEMATA WHERE SCHEMA_NAME LIKE 'agentrl\\_%'",
-    )) as [string][];
-    const users = (await run(this.admin, "SELECT DISTINCT User FROM mysql.user WHERE User LIKE 'agentrl\\_%'").catch(
-      () => [],
-    )) as [string][];
-    for (const [name] of [...databases, ...users]) {
+    const databases = await this.databaseNames();
+    // Reading mysql.user needs a privilege a managed server's admin user may lack: then users stay.
+    const users = await this.userNames().catch(() => []);
+    for (const name of [...databases, ...users]) {
       const owner = /^agentrl_([0-9a-f]{8})_\d+$/.exec(name)?.[1];
       if (owner && owner !== this.workerId) owners.add(owner);
     }
@@ -249,14 +245,14 @@ export class MysqlHost {
       if (holder === null) dead.add(owner);
     }
     let dropped = 0;
-    for (const [name] of databases) {
+    for (const name of databases) {
       const owner = /^agentrl_([0-9a-f]{8})_\d+$/.exec(name)?.[1];
       if (owner && dead.has(owner)) {
         await run(this.admin, `DROP DATABASE IF EXISTS ${quoteId(name)}`);
         dropped++;
       }
     }
-    for (const [name] of users) {
+    for (const name of users) {
       const owner = /^agentrl_([0-9a-f]{8})_\d+$/.exec(name)?.[1];
       if (owner && dead.has(owner)) await run(this.admin, "DROP USER IF EXISTS ?@'%'", [name]);
     }
@@ -317,6 +313,23 @@ export class MysqlHost {
   async dropByName(name: string): Promise<void> {
     await run(this.admin, `DROP DATABASE IF EXISTS ${quoteId(name)}`);
     await run(this.admin, "DROP USER IF EXISTS ?@'%'", [name]);
+  }
+
+  /** Episode databases on the server, every worker's (the admin's view). */
+  async databaseNames(): Promise<string[]> {
+    const rows = (await run(
+      this.admin,
+      "SELECT SCHEMA_NAME FROM information_schema.SCHEMATA WHERE SCHEMA_NAME LIKE 'agentrl\\_%'",
+    )) as [string][];
+    return rows.map(([name]) => name);
+  }
+
+  /** Episode users on the server, every worker's. */
+  async userNames(): Promise<string[]> {
+    const rows = (await run(this.admin, "SELECT DISTINCT User FROM mysql.user WHERE User LIKE 'agentrl\\_%'")) as [
+      string,
+    ][];
+    return rows.map(([name]) => name);
   }
 
   forget(episode: EpisodeDatabase): void {
