@@ -110,9 +110,9 @@ export function register(program: Command): void {
         if (agent === module.expert)
           for (const miss of stats.misses) {
             const kind = module.task.categoryOf?.(miss.index);
-            const seen = miss.lastObservation.replace(/\s+/g, " ").slice(0, 200);
+            const seen = miss.lastObservations.map((o) => o.replace(/\s+/g, " ").slice(0, 160)).join(" → ");
             lines.push(
-              `  expert miss: index ${miss.index}${kind ? ` (${kind})` : ""}: ${miss.status}, reward ${miss.reward}; last observation: ${seen}`,
+              `  expert miss: index ${miss.index}${kind ? ` (${kind})` : ""}: ${miss.status}, reward ${miss.reward}; it read: ${seen}`,
             );
           }
       }

@@ -10,9 +10,14 @@ import { evalReportMarkdown } from "../report/report.ts";
 export async function evalTasks(names: readonly string[], split: "train" | "test", n: number): Promise<EvalTask[]> {
   return Promise.all(
     names.map(async (name) => {
-      const range = (await loadTaskModule(name)).task.splits[split];
+      const { task } = await loadTaskModule(name);
+      const range = task.splits[split];
       const count = Math.min(n, range.end - range.start);
-      return { name, indices: Array.from({ length: count }, (_, i) => range.start + i) };
+      const indices = Array.from({ length: count }, (_, i) => range.start + i);
+      if (!task.categoryOf) return { name, indices };
+      const categories: Record<number, string> = {};
+      for (const index of indices) categories[index] = task.categoryOf(index) ?? "unknown";
+      return { name, indices, categories };
     }),
   );
 }

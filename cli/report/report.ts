@@ -172,8 +172,32 @@ export function samplingTableMarkdown(report: EvalReport): string {
 
 /** The success table, followed by the sampling table when the report has one. */
 export function evalReportMarkdown(report: EvalReport): string {
-  const sampling = samplingTableMarkdown(report);
-  return sampling ? `${evalTableMarkdown([report])}\n\n${sampling}` : evalTableMarkdown([report]);
+  return [evalTableMarkdown([report]), categoryTablesMarkdown(report), samplingTableMarkdown(report)]
+    .filter(Boolean)
+    .join("\n\n");
+}
+
+/**
+ * For each task whose instances have kinds, success per kind beside the total, as AgentBench
+ * reports DBBench (one column per question type); "" when no task has kinds.
+ */
+export function categoryTablesMarkdown(report: EvalReport): string {
+  const tables = report.tasks.flatMap((row) => {
+    if (!row.categories) return [];
+    const kinds = Object.keys(row.categories).sort();
+    const cell = (k: string) => {
+      const c = row.categories![k]!;
+      return `${(100 * c.success).toFixed(1)} (${c.episodes})`;
+    };
+    return [
+      [
+        `| ${row.task}: success % (episodes) | ${kinds.join(" | ")} | total |`,
+        `|---|${kinds.map(() => "---").join("|")}|---|`,
+        `| ${report.policy} | ${kinds.map(cell).join(" | ")} | ${(100 * row.success).toFixed(1)} (${row.episodes}) |`,
+      ].join("\n"),
+    ];
+  });
+  return tables.join("\n\n");
 }
 
 function evalTableHtml(reports: readonly EvalReport[]): string {

@@ -10,6 +10,8 @@ export interface EvalTask {
   readonly name: string;
   /** Instance indices to play (e.g. the first N of the task's test split). */
   readonly indices: readonly number[];
+  /** Each index's kind (DBBench's question type), where the task has kinds: success is also reported per kind. */
+  readonly categories?: Readonly<Record<number, string>>;
 }
 
 export interface EvalOptions {
@@ -211,7 +213,8 @@ export function summarize(
       meanTurns: mean((o) => o.turns),
       statuses,
     };
-    return samples > 1 ? { ...row, ...samplingStats(t.indices, mine, samples) } : row;
+    const withKinds = t.categories ? { ...row, categories: successByCategory(t.categories, mine) } : row;
+    return samples > 1 ? { ...withKinds, ...samplingStats(t.indices, mine, samples) } : withKinds;
   });
   return {
     schemaVersion: 1,
@@ -224,6 +227,22 @@ export function summarize(
       .sort((a, b) => a.task.localeCompare(b.task) || a.index - b.index || a.sample - b.sample)
       .map((o) => ({ task: o.task, index: o.index, sample: o.sample, status: o.status, success: episodeSuccess(o) })),
   };
+}
+
+/** Success per instance kind, as benchmarks with kinds (DBBench's question types) report it. */
+export function successByCategory(
+  categories: Readonly<Record<number, string>>,
+  outcomes: readonly EpisodeOutcome[],
+): Record<string, { episodes: number; success: number }> {
+  const sums: Record<string, { episodes: number; success: number }> = {};
+  for (const outcome of outcomes) {
+    const kind = categories[outcome.index] ?? "unknown";
+    const entry = (sums[kind] ??= { episodes: 0, success: 0 });
+    entry.episodes += 1;
+    entry.success += episodeSuccess(outcome);
+  }
+  for (const entry of Object.values(sums)) entry.success /= entry.episodes;
+  return sums;
 }
 
 /**

@@ -227,7 +227,7 @@ export interface ScriptedStats {
   readonly meanTurns: number;
   readonly statuses: Record<string, number>;
   /** Episodes not solved, with what the agent read last: for an expert, each is a finding. */
-  readonly misses: ReadonlyArray<{ index: number; status: string; reward: number; lastObservation: string }>;
+  readonly misses: ReadonlyArray<{ index: number; status: string; reward: number; lastObservations: string[] }>;
 }
 
 /** Plays `agent` on each index in turn and sums up the episodes (`env check`, the tasks' own tests). */
@@ -242,12 +242,21 @@ export async function scriptedStats(
   const statuses: Record<string, number> = {};
   const misses: ScriptedStats["misses"][number][] = [];
   for (const index of indices) {
-    const run = await runScripted(task, index, agent);
+    let run: ScriptedRun;
+    try {
+      run = await runScripted(task, index, agent);
+    } catch (error) {
+      // An instance the environment cannot even start is a task error, as a worker reports it.
+      const message = error instanceof Error ? error.message : String(error);
+      run = { index, status: "task error", reward: 0, turns: 0, messages: [{ role: "user", content: message }] };
+    }
     if (run.status === "completed" && run.reward >= 1) successes += 1;
     else {
-      const last = [...run.messages].reverse().find((m) => m.role === "tool" || m.role === "user");
-      const lastObservation = last && typeof last.content === "string" ? last.content : "";
-      misses.push({ index, status: run.status, reward: run.reward, lastObservation });
+      // The last two things the environment said: the final one is often just "committed".
+      const said = run.messages
+        .slice(run.turns === 0 ? 0 : 2)
+        .flatMap((m) => ((m.role === "tool" || m.role === "user") && typeof m.content === "string" ? [m.content] : []));
+      misses.push({ index, status: run.status, reward: run.reward, lastObservations: said.slice(-2) });
     }
     rewardSum += run.reward;
     turnSum += run.turns;

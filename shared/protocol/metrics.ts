@@ -31,6 +31,10 @@ export const EvalReport = z.object({
       meanReward: z.number(),
       meanTurns: z.number().nonnegative(),
       statuses: z.record(z.string(), z.number().int().nonnegative()),
+      /** Success per instance kind (DBBench's question types), for tasks whose instances have kinds. */
+      categories: z
+        .record(z.string(), z.object({ episodes: z.number().int().positive(), success: z.number().min(0).max(1) }))
+        .optional(),
       /** Episodes per instance when more than one (`agentrl eval --samples K`). */
       samples: z.number().int().min(2).optional(),
       /** Mean over instances of the best sample's success (pass@K for binary tasks). */

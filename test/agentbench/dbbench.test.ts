@@ -1,6 +1,8 @@
 import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { evalTasks } from "../../cli/launch/eval.ts";
+import { categoryTablesMarkdown } from "../../cli/report/report.ts";
 import { stdModule } from "../../env-images/dbbench/index.ts";
 import { isMutation, loadDbbench } from "../../env-images/dbbench/instances.ts";
 import { type EpisodeDatabase, MysqlHost, type StatementLimits } from "../../env-images/dbbench/mysql.ts";
@@ -8,8 +10,10 @@ import { type PrivateServer, startPrivateServer, sweepOrphanServers } from "../.
 import { compareResults, hashFromPrinted } from "../../env-images/dbbench/scorer.ts";
 import { createDbbenchTask, DBBENCH_SYSTEM_PROMPT, type HostProvider } from "../../env-images/dbbench/task.ts";
 import { startController } from "../../functions/controller/controller.ts";
+import { evaluate } from "../../functions/evaluator/evaluate.ts";
 import { serveTask } from "../../shared/env/worker.ts";
 import { call, jsonRecord, postJson, waitFor } from "../env/helpers.ts";
+import { scriptedPolicyServer } from "../support/scriptedPolicy.ts";
 import { agentBenchDataDir, mysqlAvailable, requireOrSkip } from "./support.ts";
 
 /**
@@ -325,4 +329,70 @@ describe.skipIf(!ready)("dbbench-std's scripted agents", () => {
     expect(expert.misses.map((m) => m.index)).toEqual(KNOWN_GOLD_MISSES["dbbench-std"]);
     expect(expert.successRate).toBeGreaterThanOrEqual(0.97);
   }, 180_000);
+
+  it("dbbench-dev: the one instance MySQL cannot create (an empty column name) is a task error, as upstream", async () => {
+    const { scriptedStats } = await import("../../shared/env/session.ts");
+    const { devModule } = await import("../../env-images/dbbench/index.ts");
+    const task = createDbbenchTask("dbbench-dev", { host: provider });
+    const expert = await scriptedStats(
+      task,
+      devModule.expert,
+      Array.from({ length: 60 }, (_, i) => i),
+    );
+    expect(expert.misses).toEqual([
+      {
+        index: 5,
+        status: "task error",
+        reward: 0,
+        lastObservations: [expect.stringMatching(/Incorrect column name ''/)],
+      },
+    ]);
+    expect(expert.successes).toBe(59);
+  }, 120_000);
+});
+
+describe.skipIf(!ready)("agentrl eval on dbbench-std", () => {
+  it("reports success per question type beside the total, as AgentBench does", async () => {
+    const controller = await startController({ port: 0, heartbeatTimeoutMs: 2_000 });
+    const task = createDbbenchTask("dbbench-std", { host: provider, statementLimits: LIMITS });
+    const worker = await serveTask(
+      { ...stdModule, task },
+      { controllerUrl: controller.url, concurrency: 8, heartbeatMs: 200 },
+    );
+    // The evaluator seeds each greedy episode with its index, which is how the scripted policy knows it.
+    const policy = await scriptedPolicyServer(stdModule.expert);
+    try {
+      await worker.heartbeat();
+      const [all] = await evalTasks(["dbbench-std"], "test", 300);
+      // Two instances of every question type, and the three known misses (all UPDATE).
+      const byType = new Map<string, number[]>();
+      for (const index of all!.indices)
+        byType.set(all!.categories![index]!, [...(byType.get(all!.categories![index]!) ?? []), index]);
+      const indices = [...[...byType.values()].flatMap((ids) => ids.slice(0, 2)), ...KNOWN_GOLD_MISSES["dbbench-std"]];
+      expect(byType.size).toBe(10);
+      const report = await evaluate({
+        controllerUrl: controller.url,
+        policy: { url: `${policy.server.url}/v1` },
+        policyLabel: "gold",
+        tasks: [{ ...all!, indices }],
+        split: "test",
+        concurrency: 4,
+        maxTokensPerTurn: 256,
+      });
+      const row = report.tasks[0]!;
+      expect(row.episodes).toBe(23);
+      expect(row.categories?.UPDATE).toEqual({ episodes: 5, success: 0.4 });
+      expect(row.categories?.INSERT).toEqual({ episodes: 2, success: 1 });
+      expect(row.categories?.counting).toEqual({ episodes: 2, success: 1 });
+      expect(row.success).toBeCloseTo(20 / 23, 6);
+      const table = categoryTablesMarkdown(report);
+      expect(table).toContain("| dbbench-std: success % (episodes) | INSERT | UPDATE | aggregation-AVG |");
+      expect(table).toContain("| gold | 100.0 (2) | 40.0 (5) |");
+      expect(table).toMatch(/\| 87\.0 \(23\) \|$/);
+    } finally {
+      await policy.server.close();
+      await worker.close();
+      await controller.close();
+    }
+  }, 120_000);
 });
