@@ -116,8 +116,26 @@ export async function prepareContainer(
       ...(options.readS3Text ? { readS3Text: options.readS3Text } : {}),
     });
     await writeFile(configFile, JSON.stringify(config, null, 2));
+    if (env.AGENTRL_ROLE === "env") await ensureAgentBenchData(env.AGENTRL_TASK, config.tasks.agentbench.dir);
   }
   return { env, argv: [...roleArgv(env, { configFile, sweepFile }), ...(options.extraArgs ?? [])] };
+}
+
+/**
+ * An AgentBench task's worker on ECS finds its data in the image (AGENTRL_AGENTBENCH_DIR or
+ * tasks.agentbench.dir) or, when the image has none, fetches it once at start, every file checked
+ * against the pinned hashes, into the task's ephemeral storage.
+ */
+async function ensureAgentBenchData(task: string, configuredDir: string | undefined): Promise<void> {
+  const { AGENTBENCH_DIR_ENV, needsAgentBenchData, resolveAgentBenchDir } = await import(
+    "../../shared/agentbench/data.ts"
+  );
+  if (!needsAgentBenchData(task) || resolveAgentBenchDir(configuredDir)) return;
+  const { fetchAgentBench } = await import("../../shared/agentbench/fetch.ts");
+  const dir = join(tmpdir(), "agentbench");
+  process.stderr.write(`${task}: no AgentBench data in the image; fetching it into ${dir}\n`);
+  await fetchAgentBench({ dir });
+  process.env[AGENTBENCH_DIR_ENV] = dir;
 }
 
 /** `agentrl container`: the entrypoint of every image; AGENTRL_ROLE and friends pick and configure the role. */

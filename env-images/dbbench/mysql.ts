@@ -14,9 +14,8 @@ import { pyFloatRepr, pyStrRepr } from "./python.ts";
 
 export const NAME_PREFIX = "agentrl_";
 const LOCK_PREFIX = "agentrl_worker_";
-const MYSQL_URL_ENV = "AGENTRL_MYSQL_URL";
-
-export { MYSQL_URL_ENV };
+export const MYSQL_URL_ENV = "AGENTRL_MYSQL_URL";
+export const MYSQL_PASSWORD_ENV = "AGENTRL_MYSQL_PASSWORD";
 
 /** Limits on one agent statement. */
 export interface StatementLimits {
@@ -50,7 +49,8 @@ export function connectionOptionsFromUrl(url: string): ConnectionOptions {
   const socketPath = parsed.searchParams.get("socket") ?? undefined;
   return {
     user: decodeURIComponent(parsed.username || "root"),
-    password: decodeURIComponent(parsed.password),
+    // A password kept out of the URL comes from its own variable (ECS injects it from Secrets Manager).
+    password: decodeURIComponent(parsed.password) || process.env[MYSQL_PASSWORD_ENV] || "",
     ...(socketPath ? { socketPath } : { host: parsed.hostname || "127.0.0.1", port: Number(parsed.port || 3306) }),
   };
 }

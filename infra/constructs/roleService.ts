@@ -94,6 +94,8 @@ export class RoleService extends Construct {
   readonly taskDefinition: ecs.TaskDefinition;
   readonly container: ecs.ContainerDefinition;
   readonly securityGroup: ec2.SecurityGroup;
+  /** The task's log group (its sidecars log here too). */
+  readonly logGroup: logs.LogGroup;
   readonly port: number | undefined;
   /** The role this service runs (its AGENTRL_ROLE). */
   readonly role: ContainerEnvInput["AGENTRL_ROLE"];
@@ -117,6 +119,7 @@ export class RoleService extends Construct {
       retention: logs.RetentionDays.ONE_MONTH,
       removalPolicy: RemovalPolicy.DESTROY,
     });
+    this.logGroup = logGroup;
     const containerOptions: ecs.ContainerDefinitionOptions = {
       image: props.image,
       // Every image holds the repository; the launcher reads the typed environment and starts the

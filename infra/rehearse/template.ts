@@ -40,6 +40,8 @@ export interface TaskRoleDefinition {
   readonly statements: readonly unknown[];
   /** Seconds ECS waits after SIGTERM before SIGKILL (the container's StopTimeout; ECS's default is 30). */
   readonly stopTimeoutSeconds: number;
+  /** The task's other containers (a dbbench worker's MySQL): name, image and port mappings. */
+  readonly sidecars: ReadonlyArray<{ name: string; image: unknown; portMappings: readonly unknown[] }>;
 }
 
 /** Resolves the intrinsics of `value`; `importValue` maps an export name to its value. */
@@ -78,11 +80,21 @@ export function taskRoleDefinitions(compute: CfnTemplate): TaskRoleDefinition[] 
   for (const [logicalId, resource] of Object.entries(compute.Resources)) {
     if (resource.Type !== "AWS::ECS::TaskDefinition") continue;
     const properties = resource.Properties ?? {};
-    const containers = properties.ContainerDefinitions as
-      | Array<{ Environment?: Array<{ Name: string; Value: unknown }>; StopTimeout?: number }>
-      | undefined;
-    if (containers?.length !== 1) throw new Error(`${logicalId}: expected one container, got ${containers?.length}`);
-    const container = containers[0];
+    const containers = (properties.ContainerDefinitions ?? []) as Array<{
+      Name?: string;
+      Image?: unknown;
+      Environment?: Array<{ Name: string; Value: unknown }>;
+      StopTimeout?: number;
+      PortMappings?: unknown[];
+    }>;
+    // One role container (it carries AGENTRL_ROLE); any others are its sidecars (dbbench's MySQL).
+    const roleContainers = containers.filter((c) => (c.Environment ?? []).some((e) => e.Name === "AGENTRL_ROLE"));
+    if (roleContainers.length !== 1)
+      throw new Error(`${logicalId}: expected one role container, got ${roleContainers.length}`);
+    const container = roleContainers[0];
+    const sidecars = containers
+      .filter((c) => c !== container)
+      .map((c) => ({ name: String(c.Name), image: c.Image, portMappings: c.PortMappings ?? [] }));
     const environment = Object.fromEntries((container?.Environment ?? []).map((e) => [e.Name, e.Value]));
     const declared = ContainerRoleSchema.safeParse(environment.AGENTRL_ROLE);
     if (!declared.success)
@@ -108,6 +120,7 @@ export function taskRoleDefinitions(compute: CfnTemplate): TaskRoleDefinition[] 
       environment,
       statements,
       stopTimeoutSeconds: container?.StopTimeout ?? 30,
+      sidecars,
     });
   }
   return out.sort((a, b) => a.key.localeCompare(b.key));

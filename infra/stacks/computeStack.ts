@@ -11,6 +11,7 @@ import { accessFeaturesOf, forFeatures, ROLE_ACCESS } from "../../shared/config/
 import { AgentCluster } from "../constructs/cluster.ts";
 import { RoleImages } from "../constructs/images.ts";
 import type { QueueWithDlq } from "../constructs/messaging.ts";
+import { addMysqlSidecar, needsMysql } from "../constructs/mysqlSidecar.ts";
 import { type GrantTargets, grantRoleAccess } from "../constructs/roleGrants.ts";
 import { RoleService } from "../constructs/roleService.ts";
 import { requireRange } from "../constructs/validate.ts";
@@ -147,6 +148,7 @@ export class ComputeStack extends Stack {
     });
 
     const envWorkers = new Map<string, RoleService>();
+    let mysqlSecret: ecs.Secret | undefined;
     const envPools = new Map<string, RoleService>();
     for (const entry of config.tasks.mix) {
       const worker = new RoleService(this, `Env-${entry.name}`, {
@@ -164,6 +166,10 @@ export class ComputeStack extends Stack {
         port: ENV_WORKER_PORT,
         launchedBy: "pool",
       });
+      if (needsMysql(entry.name)) {
+        mysqlSecret ??= sharedSecret("MysqlSecret", "agentrl: dbbench env tasks' MySQL sidecar root password");
+        addMysqlSidecar(worker, mysqlSecret);
+      }
       // Workers heartbeat to the controller; the controller calls the workers back.
       this.controller.allowFrom(worker);
       worker.allowFrom(this.controller);

@@ -51,6 +51,11 @@ export function sha256Of(bytes: Uint8Array): string {
   return createHash("sha256").update(bytes).digest("hex");
 }
 
+/** Tasks that read AgentBench's published data (`dbbench-std`, `os-dev`, ...). */
+export function needsAgentBenchData(task: string): boolean {
+  return /^(dbbench|os)-/.test(task);
+}
+
 /** The data folder, from the environment variable, else the config field, else the default fetch target. */
 export function resolveAgentBenchDir(configured?: string): string | undefined {
   const fromEnv = process.env[AGENTBENCH_DIR_ENV];

@@ -79,6 +79,11 @@ export const ContainerEnv = z.discriminatedUnion(
       AGENTRL_HOST: host,
       /** Host the controller calls this worker back at. @default the task's own IPv4 address (its ENI in awsvpc mode) */
       AGENTRL_ADVERTISE_HOST: nonEmpty.optional(),
+      /** MySQL server of the dbbench tasks (the task's sidecar); its password comes as AGENTRL_MYSQL_PASSWORD. */
+      AGENTRL_MYSQL_URL: z
+        .string()
+        .regex(/^mysql:\/\//, "must be a mysql:// URL")
+        .optional(),
     }),
     pipelineRole("envpool", {
       /** Task whose workers this pool manages; must be in the config's task mix. */
