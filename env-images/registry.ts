@@ -10,6 +10,7 @@ export const TASK_MODULES: Readonly<Record<string, () => Promise<TaskModule>>> =
   db: () => import("./db/index.ts").then((m) => m.taskModule),
   "dbbench-std": () => import("./dbbench/index.ts").then((m) => m.stdModule),
   "dbbench-dev": () => import("./dbbench/index.ts").then((m) => m.devModule),
+  "dbbench-synth": () => import("./dbbench/index.ts").then((m) => m.synthModule),
   os: () => import("./os/index.ts").then((m) => m.taskModule),
   kg: () => import("./kg/index.ts").then((m) => m.taskModule),
   webshop: () => import("./webshop/index.ts").then((m) => m.taskModule),

@@ -2,35 +2,44 @@ import type { ScriptedAgent } from "../../shared/env/task.ts";
 import type { AssistantMessage, ChatMessage } from "../../shared/protocol/openai.ts";
 import { callTool, lastObservation, turnsSoFar } from "../common/agent.ts";
 import { hashString, Rng } from "../common/rng.ts";
-import { type DbbenchSplit, isMutation, loadDbbench } from "./instances.ts";
+import { generateSynthInstance } from "./generator.ts";
+import { type DbbenchInstance, isMutation, loadDbbench } from "./instances.ts";
+import { cleanAnswer } from "./scorer.ts";
+import type { DbbenchTaskName } from "./task.ts";
+
+function instanceOf(task: DbbenchTaskName, index: number): DbbenchInstance & { referenceSql?: string } {
+  return task === "dbbench-synth" ? generateSynthInstance(index) : loadDbbench(task)[index]!;
+}
 
 /**
- * The expert plays the gold answer, as the issue of fidelity needs it: a SELECT instance commits
- * its label; a mutation runs the gold statement (`label[0]`) and then commits. What it fails
- * shows where this server scores or behaves differently from upstream's MySQL 8.
+ * The expert plays the gold answer. Published instances: a SELECT commits its label; a mutation
+ * runs the gold statement (`label[0]`) and commits. What it fails shows where this server scores
+ * or behaves differently from upstream's. Generated instances: it runs the reference statement and
+ * commits the values it read (or, for a mutation, commits once the change is made).
  */
-export function dbbenchExpert(split: DbbenchSplit, dataDir?: string): ScriptedAgent {
+export function dbbenchExpert(task: DbbenchTaskName): ScriptedAgent {
   return {
-    name: `${split}-expert`,
+    name: `${task}-expert`,
     act(messages: readonly ChatMessage[], index: number): AssistantMessage {
-      const instance = loadDbbench(split, dataDir)[index]!;
+      const instance = instanceOf(task, index);
       const turn = turnsSoFar(messages);
-      if (!isMutation(instance)) return callTool("commit_final_answer", { answers: [...instance.label] }, turn);
-      if (turn === 0) return callTool("execute_sql", { query: instance.label[0] ?? "" }, turn, "I run the change.");
-      return callTool("commit_final_answer", { answers: [] }, turn, "The table is changed.");
+      const gold = instance.referenceSql ?? (isMutation(instance) ? instance.label[0] : undefined);
+      if (gold === undefined) return callTool("commit_final_answer", { answers: [...instance.label] }, turn);
+      if (turn === 0) return callTool("execute_sql", { query: gold }, turn, "I run the statement that answers it.");
+      const answers = isMutation(instance) ? [] : cleanAnswer(lastObservation(messages));
+      return callTool("commit_final_answer", { answers }, turn, "The result above is the answer.");
     },
   };
 }
 
 /** The random baseline: a few generic queries over the instance's table, then a commit of something it saw. */
-export function dbbenchRandom(split: DbbenchSplit, dataDir?: string): ScriptedAgent {
+export function dbbenchRandom(task: DbbenchTaskName): ScriptedAgent {
   return {
-    name: `${split}-random`,
+    name: `${task}-random`,
     act(messages: readonly ChatMessage[], index: number): AssistantMessage {
-      const instance = loadDbbench(split, dataDir)[index]!;
-      const table = instance.tables[0]!;
+      const table = instanceOf(task, index).tables[0]!;
       const turn = turnsSoFar(messages);
-      const rng = new Rng(hashString(`${split}-random:${index}:${turn}`));
+      const rng = new Rng(hashString(`${task}-random:${index}:${turn}`));
       if (turn > 0 && rng.chance(0.35)) {
         const seen = [...lastObservation(messages).matchAll(/'([^']*)'/g)].map((m) => m[1]!);
         return callTool("commit_final_answer", { answers: seen.length > 0 ? [rng.pick(seen)] : [] }, turn);

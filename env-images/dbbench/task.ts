@@ -1,6 +1,7 @@
 import { z } from "zod";
 import type { Episode, StepResult, TaskDefinition, ToolDefinition } from "../../shared/env/task.ts";
 import { AgentRlError } from "../../shared/errors.ts";
+import { generateSynthInstance, SYNTH_SPLITS, type SynthInstance } from "./generator.ts";
 import {
   DBBENCH_SIZES,
   type DbbenchInstance,
@@ -18,7 +19,7 @@ import {
 } from "./mysql.ts";
 import { type PrivateServer, startPrivateServer } from "./privateServer.ts";
 import type { PyValue } from "./python.ts";
-import { compareResults, hashFromPrinted } from "./scorer.ts";
+import { type Answer, compareResults, hashFromPrinted } from "./scorer.ts";
 
 /**
  * AgentBench FC's DBBench on a real MySQL-compatible server: the published instances, upstream's
@@ -118,11 +119,40 @@ export function serverFromEnvironment(): HostProvider {
   };
 }
 
+/** What an episode is scored against: upstream's label or answer_md5, or what the reference statement gave. */
+type Truth = { readonly kind: "answers"; readonly value: Answer } | { readonly kind: "md5"; readonly value: string };
+
+/**
+ * A generated instance's truth, computed as upstream computes an instance without `answer_md5`:
+ * the reference statement on a scratch copy of the table, then its rows (SELECT kinds, printed as
+ * the connector prints them) or the table hash (mutations).
+ */
+async function computeTruth(host: MysqlHost, instance: SynthInstance, limits: StatementLimits): Promise<Truth> {
+  const scratch = await host.createEpisode(instance.tables);
+  try {
+    const printed = await scratch.execute(instance.referenceSql, limits);
+    if (!printed.startsWith("[")) throw new AgentRlError(`reference statement of ${instance.index} failed: ${printed}`);
+    if (!isMutation(instance)) return { kind: "answers", value: printed };
+    return { kind: "md5", value: await tablesHash(host, scratch.name, instance) };
+  } finally {
+    await scratch.drop();
+  }
+}
+
+/** Upstream's combined hash: each table's md5, sorted, joined by `_`. */
+async function tablesHash(host: MysqlHost, database: string, instance: DbbenchInstance): Promise<string> {
+  const hashes: string[] = [];
+  for (const table of instance.tables)
+    hashes.push(hashFromPrinted(await host.printedTableHash(database, table.name, table.columns)));
+  return hashes.sort().join("_");
+}
+
 class DbbenchEpisode implements Episode {
   readonly messages;
 
   constructor(
     private readonly instance: DbbenchInstance,
+    private readonly truth: Truth,
     private readonly host: MysqlHost,
     private readonly db: EpisodeDatabase,
     private readonly limits: StatementLimits,
@@ -140,26 +170,19 @@ class DbbenchEpisode implements Episode {
       return { observation: observation || "No response from database." };
     }
     const { answers } = CommitFinalAnswerArgs.parse(args);
-    const correct = isMutation(this.instance)
-      ? compareResults(await this.tablesHash(), this.instance.answerMd5 ?? "", this.instance.type)
-      : compareResults(
-          typeof answers === "string" ? answers : answers.map(toPy),
-          this.instance.label,
-          this.instance.type,
-        );
+    const correct =
+      this.truth.kind === "md5"
+        ? compareResults(await tablesHash(this.host, this.db.name, this.instance), this.truth.value, this.instance.type)
+        : compareResults(
+            typeof answers === "string" ? answers : answers.map(toPy),
+            this.truth.value,
+            this.instance.type,
+          );
     return {
       observation: "Your answer has been committed.",
       reward: { reward: correct ? 1 : 0, score: correct ? 1 : 0, metrics: { success: correct ? 1 : 0 } },
       finish: "completed",
     };
-  }
-
-  /** Upstream's combined hash: each table's md5, sorted, joined by `_`. */
-  private async tablesHash(): Promise<string> {
-    const hashes: string[] = [];
-    for (const table of this.instance.tables)
-      hashes.push(hashFromPrinted(await this.host.printedTableHash(this.db.name, table.name, table.columns)));
-    return hashes.sort().join("_");
   }
 
   close(): Promise<void> {
@@ -175,30 +198,57 @@ export interface DbbenchTaskOptions {
   readonly dataDir?: string;
 }
 
-/** `dbbench-std` or `dbbench-dev`. Train and test are the same instances: upstream publishes no train split. */
-export function createDbbenchTask(split: DbbenchSplit, options: DbbenchTaskOptions = {}): TaskDefinition {
+/** The DBBench tasks: AgentBench's two published sets, and generated instances in their format. */
+export type DbbenchTaskName = DbbenchSplit | "dbbench-synth";
+
+/**
+ * `dbbench-std` / `dbbench-dev`: the published instances; train and test are the same instances
+ * (upstream publishes no train split). `dbbench-synth`: generated instances for RL (generator.ts).
+ */
+export function createDbbenchTask(name: DbbenchTaskName, options: DbbenchTaskOptions = {}): TaskDefinition {
   const limits = { ...DEFAULT_STATEMENT_LIMITS, ...options.statementLimits };
   const host = options.host ?? serverFromEnvironment();
-  const all = { start: 0, end: DBBENCH_SIZES[split] };
+  const synthetic = name === "dbbench-synth";
+  const instanceAt = (index: number): DbbenchInstance | SynthInstance | undefined =>
+    synthetic ? generateSynthInstance(index) : loadDbbench(name, options.dataDir)[index];
+  // A GRPO group plays one index n times: a generated instance's truth is computed once.
+  const truths = new Map<number, Promise<Truth>>();
+  const truthOf = (server: MysqlHost, instance: DbbenchInstance | SynthInstance): Promise<Truth> => {
+    if (!("referenceSql" in instance))
+      return Promise.resolve(
+        isMutation(instance)
+          ? { kind: "md5", value: instance.answerMd5 ?? "" }
+          : { kind: "answers", value: instance.label },
+      );
+    let truth = truths.get(instance.index);
+    if (!truth) {
+      truth = computeTruth(server, instance, limits);
+      truth.catch(() => truths.delete(instance.index));
+      truths.set(instance.index, truth);
+      if (truths.size > 4096) truths.delete(truths.keys().next().value!);
+    }
+    return truth;
+  };
+  const all = synthetic ? undefined : { start: 0, end: DBBENCH_SIZES[name] };
   return {
-    name: split,
+    name,
     tools: TOOLS,
     maxTurns: DBBENCH_MAX_ROUNDS,
-    splits: { train: all, test: all },
+    splits: all ? { train: all, test: all } : SYNTH_SPLITS,
     agentErrors: {
       noToolCall: "Internal error: No tool calls found despite finish reason.",
       unknownTool: "Invalid function call. Please call a tool instead.",
       badArguments: "Error: Failed to parse tool call. Tool call format is incorrect.",
     },
-    categoryOf: (index: number) => loadDbbench(split, options.dataDir)[index]?.type,
+    categoryOf: (index: number) => instanceAt(index)?.type,
     close: () => host.close(),
     async start(index: number): Promise<Episode> {
-      const instances = loadDbbench(split, options.dataDir);
-      const instance = instances[index];
-      if (!instance) throw new AgentRlError(`${split} has ${instances.length} instances; ${index} is not one`);
+      const instance = instanceAt(index);
+      if (!instance) throw new AgentRlError(`${name} has no instance ${index}`);
       const server = await host.get();
+      const truth = await truthOf(server, instance);
       const db = await server.createEpisode(instance.tables);
-      return new DbbenchEpisode(instance, server, db, limits);
+      return new DbbenchEpisode(instance, truth, server, db, limits);
     },
   };
 }

@@ -53,7 +53,7 @@ export function sha256Of(bytes: Uint8Array): string {
 
 /** Tasks that read AgentBench's published data (`dbbench-std`, `os-dev`, ...). */
 export function needsAgentBenchData(task: string): boolean {
-  return /^(dbbench|os)-/.test(task);
+  return /^(dbbench-(std|dev)|os-(std|dev|env_train))$/.test(task);
 }
 
 /** The data folder, from the environment variable, else the config field, else the default fetch target. */

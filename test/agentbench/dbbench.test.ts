@@ -330,6 +330,18 @@ describe.skipIf(!ready)("dbbench-std's scripted agents", () => {
     expect(expert.successRate).toBeGreaterThanOrEqual(0.97);
   }, 180_000);
 
+  it("dbbench-synth: truths come from the reference statement on the server, and the expert solves every instance", async () => {
+    const { scriptedStats } = await import("../../shared/env/session.ts");
+    const { synthModule } = await import("../../env-images/dbbench/index.ts");
+    const task = createDbbenchTask("dbbench-synth", { host: provider });
+    const indices = Array.from({ length: 60 }, (_, i) => i);
+    const expert = await scriptedStats(task, synthModule.expert, indices);
+    expect(expert.misses).toEqual([]);
+    const random = await scriptedStats(task, synthModule.random, indices);
+    expect(random.successRate).toBeLessThan(0.3);
+    expect((await host.databaseNames()).filter((name) => name.includes(host.workerId))).toEqual([]);
+  }, 120_000);
+
   it("dbbench-dev: the one instance MySQL cannot create (an empty column name) is a task error, as upstream", async () => {
     const { scriptedStats } = await import("../../shared/env/session.ts");
     const { devModule } = await import("../../env-images/dbbench/index.ts");
