@@ -33,6 +33,14 @@ export const DEFAULT_STATEMENT_LIMITS: StatementLimits = {
   maxBytes: 16 * 1024 * 1024,
 };
 
+/** MySQL 8's default collation, which upstream's `mysql:8` gives every TEXT column. */
+export const MYSQL8_COLLATION = "utf8mb4_0900_ai_ci";
+/**
+ * MariaDB's nearest: a UCA collation, accent- and case-insensitive like MySQL's, and NO PAD like it
+ * (MariaDB's utf8mb4 default, utf8mb4_general_ci, would find 'Ann' for 'Ann ').
+ */
+export const MARIADB_COLLATION = "utf8mb4_uca1400_nopad_ai_ci";
+
 /** Upstream cuts the printed result here and appends `[TRUNCATED]`. */
 export const OBSERVATION_CHARS = 800;
 
@@ -200,6 +208,8 @@ export class MysqlHost {
     private readonly admin: Pool,
     private readonly lock: Connection,
     readonly workerId: string,
+    /** The episodes' collation: MySQL 8's default, or MariaDB's nearest (UCA, accent- and case-insensitive, no pad). */
+    readonly collation: string,
   ) {}
 
   /** Connects, takes this worker's lock and sweeps the databases of workers that are gone. */
@@ -224,7 +234,9 @@ export class MysqlHost {
       // MySQL 8's default, whatever the server's: the table hash depends on it.
       connection.query("SET SESSION group_concat_max_len = 1024");
     });
-    const host = new MysqlHost(options, admin, lock, workerId);
+    const [[version]] = (await run(admin, "SELECT VERSION()")) as [[string]];
+    const collation = /mariadb/i.test(version) ? MARIADB_COLLATION : MYSQL8_COLLATION;
+    const host = new MysqlHost(options, admin, lock, workerId, collation);
     await host.sweepOrphans();
     return host;
   }
@@ -263,12 +275,13 @@ export class MysqlHost {
   async createEpisode(tables: readonly TableSpec[]): Promise<EpisodeDatabase> {
     const name = `${NAME_PREFIX}${this.workerId}_${++this.sequence}`;
     const password = randomBytes(18).toString("base64url");
-    await run(this.admin, `CREATE DATABASE ${quoteId(name)} CHARACTER SET utf8mb4`);
+    await run(this.admin, `CREATE DATABASE ${quoteId(name)} CHARACTER SET utf8mb4 COLLATE ${this.collation}`);
     try {
       await run(this.admin, "CREATE USER ?@'%' IDENTIFIED BY ? WITH MAX_USER_CONNECTIONS 2", [name, password]);
       await run(this.admin, `GRANT ALL PRIVILEGES ON ${quoteId(name)}.* TO ?@'%'`, [name]);
       const connection = await connect({ ...this.options, user: name, password, database: name });
       connection.on("error", () => undefined); // surfaced by the next statement instead
+      await run(connection, `SET NAMES utf8mb4 COLLATE ${this.collation}`);
       const episode = new EpisodeDatabase(this, name, connection);
       this.live.add(episode);
       for (const table of tables) {
