@@ -278,6 +278,32 @@ describe.skipIf(!ready)("DBBench on a real MySQL-compatible server", () => {
         status: "running",
         messages: [{ role: "user", content: "Internal error: No tool calls found despite finish reason." }],
       });
+      // Malformed and oversized calls are answered, and the episode goes on (as upstream).
+      const malformed = await jsonRecord(
+        await postJson(`${api}/interact`, { messages: [call("execute_sql", "{not json")] }, headers),
+      );
+      expect(malformed).toMatchObject({
+        status: "running",
+        messages: [{ role: "tool", content: "Error: Failed to parse tool call. Tool call format is incorrect." }],
+      });
+      const oversized = await jsonRecord(
+        await postJson(
+          `${api}/interact`,
+          { messages: [call("execute_sql", { query: `SELECT '${"x".repeat(20_000)}'` })] },
+          headers,
+        ),
+      );
+      expect(oversized).toMatchObject({ status: "running" });
+      expect((oversized.messages as Array<{ content: string }>)[0]!.content).toMatch(
+        /invalid arguments for execute_sql: query/,
+      );
+      const unknown = await jsonRecord(
+        await postJson(`${api}/interact`, { messages: [call("drop_everything", {})] }, headers),
+      );
+      expect(unknown).toMatchObject({
+        status: "running",
+        messages: [{ role: "tool", content: "Invalid function call. Please call a tool instead." }],
+      });
       const done = await jsonRecord(
         await postJson(
           `${api}/interact`,
