@@ -1,6 +1,8 @@
 import { appendFile, mkdir, open } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import type { Command } from "commander";
+import type { TrackingConfig } from "../../shared/config/tracking.ts";
+import { TensorBoardWriter } from "../../shared/tracking/tensorboard.ts";
 import { configFromOptions, withConfigOptions } from "../options.ts";
 
 /** `agentrl trainer`: the learner; one JSON line per step on stdout, metrics as JSONL. */
@@ -26,11 +28,19 @@ export function register(program: Command): void {
       const stop = new AbortController();
       process.once("SIGINT", () => stop.abort());
       process.once("SIGTERM", () => stop.abort());
+      const tracker = new Trackers(config.tracking, dirname(metricsFile));
       process.stdout.write(`${JSON.stringify({ event: "started", role: "trainer", metrics: metricsFile })}\n`);
       try {
         const summary = await runTrainer(config, transport, {
           signal: stop.signal,
-          metrics: (line) => appendFile(metricsFile, `${JSON.stringify(line)}\n`),
+          metrics: async (line) => {
+            const withDrops =
+              tracker.dropped > 0
+                ? { ...line, metrics: { ...line.metrics, "tracking/dropped": tracker.dropped } }
+                : line;
+            await appendFile(metricsFile, `${JSON.stringify(withDrops)}\n`);
+            tracker.scalars(line.step, line.metrics);
+          },
           onStep: (info) =>
             process.stdout.write(
               `${JSON.stringify({ event: "step", step: info.step, version: info.version, trajectories: info.trajectories, loss: info.metrics["loss/total"] })}\n`,
@@ -38,9 +48,47 @@ export function register(program: Command): void {
         });
         process.stdout.write(`${JSON.stringify({ event: "stopped", role: "trainer", ...summary })}\n`);
       } finally {
+        tracker.close();
         await transport.close();
       }
     });
+}
+
+/**
+ * The run's trackers beside metrics.jsonl. A tracker that fails is warned about once and its
+ * writes are dropped and counted from then on: it never stops a step.
+ */
+class Trackers {
+  private tensorboard: TensorBoardWriter | undefined;
+  dropped = 0;
+  private warned = false;
+
+  constructor(config: TrackingConfig, runFolder: string) {
+    const { enabled, dir } = config.tensorboard;
+    if (enabled) this.attempt(() => (this.tensorboard = new TensorBoardWriter(dir ?? join(runFolder, "tensorboard"))));
+  }
+
+  scalars(step: number, values: Readonly<Record<string, number>>): void {
+    const writer = this.tensorboard;
+    if (writer) this.attempt(() => writer.scalars(step, values));
+  }
+
+  close(): void {
+    this.tensorboard?.close();
+  }
+
+  private attempt(write: () => void): void {
+    try {
+      write();
+    } catch (error) {
+      this.dropped += 1;
+      if (this.warned) return;
+      this.warned = true;
+      process.stdout.write(
+        `${JSON.stringify({ event: "warning", role: "trainer", message: `TensorBoard writes dropped from now on: ${error instanceof Error ? error.message : String(error)}` })}\n`,
+      );
+    }
+  }
 }
 
 /**

@@ -9,6 +9,7 @@ import { PolicyConfig } from "./policy.ts";
 import { RolloutConfig } from "./rollout.ts";
 import { assertSafeConfigPath, assertSafeConfigTree } from "./safePath.ts";
 import { TasksConfig } from "./tasks.ts";
+import { TrackingConfig } from "./tracking.ts";
 import { TrainerConfig } from "./trainer.ts";
 import { TransportConfig } from "./transport.ts";
 
@@ -17,6 +18,7 @@ export * from "./limits.ts";
 export * from "./policy.ts";
 export * from "./rollout.ts";
 export * from "./tasks.ts";
+export * from "./tracking.ts";
 export * from "./trainer.ts";
 export * from "./transport.ts";
 
@@ -40,6 +42,7 @@ export const ExperimentConfig = z
     trainer: TrainerConfig.prefault({}),
     evaluation: EvaluationConfig.prefault({}),
     limits: LimitsConfig.prefault({}),
+    tracking: TrackingConfig.prefault({}),
   })
   .strict()
   .superRefine((c, ctx) => {

@@ -29,6 +29,8 @@ export const CONFIG_READERS: Readonly<Record<string, readonly string[]>> = {
   "tasks.mix[].warmWorkers": ["cli/commands/envPool.ts"],
   "tasks.mix[].exclusive": ["cli/commands/envPool.ts"],
   "tasks.agentbench.dir": ["cli/options.ts"],
+  "tracking.tensorboard.enabled": ["cli/commands/trainer.ts"],
+  "tracking.tensorboard.dir": ["cli/commands/trainer.ts"],
   "tasks.controllerPort": ["infra/stacks/computeStack.ts"],
   "tasks.controllerUrl": ["cli/launch/pipeline.ts"],
   "policy.model.vocabSize": ["shared/model/transformer.ts"],

@@ -1,0 +1,116 @@
+import { closeSync, mkdirSync, openSync, writeSync } from "node:fs";
+import { hostname } from "node:os";
+import { join } from "node:path";
+import { maskedCrc32c } from "./crc32c.ts";
+import { ProtoWriter } from "./protobuf.ts";
+
+/**
+ * TensorBoard event files written natively: TFRecord frames (length, masked CRC-32C of the
+ * length, the record, masked CRC-32C of the record) holding `Event` protobufs. TensorBoard reads
+ * the folder as one run; nothing of TensorFlow is needed to write it.
+ *
+ * Event: wall_time = 1 (double), step = 2 (int64), file_version = 3 (string), summary = 5.
+ * Summary: value = 1 (repeated). Summary.Value: tag = 1, simple_value = 2 (float), histo = 5,
+ * tensor = 8, metadata = 9. HistogramProto: min 1, max 2, num 3, sum 4, sum_squares 5,
+ * bucket_limit 6, bucket 7 (packed doubles).
+ */
+
+/** One TFRecord frame around `record`. */
+export function tfRecord(record: Uint8Array): Uint8Array {
+  const length = new Uint8Array(8);
+  new DataView(length.buffer).setBigUint64(0, BigInt(record.length), true);
+  const frame = new Uint8Array(8 + 4 + record.length + 4);
+  const view = new DataView(frame.buffer);
+  frame.set(length, 0);
+  view.setUint32(8, maskedCrc32c(length), true);
+  frame.set(record, 12);
+  view.setUint32(12 + record.length, maskedCrc32c(record), true);
+  return frame;
+}
+
+function event(step: number, wallTime: number, summary?: ProtoWriter, fileVersion?: string): Uint8Array {
+  const e = new ProtoWriter().double(1, wallTime).int64(2, step);
+  if (fileVersion) e.string(3, fileVersion);
+  if (summary) e.message(5, summary);
+  return e.finish();
+}
+
+/** A histogram of `values` in `buckets` equal-width buckets, as HistogramProto. */
+export function histogramProto(values: readonly number[], buckets = 30): ProtoWriter {
+  const finite = values.filter(Number.isFinite);
+  const min = finite.length ? Math.min(...finite) : 0;
+  const max = finite.length ? Math.max(...finite) : 0;
+  const width = max > min ? (max - min) / buckets : 1;
+  const limits = Array.from({ length: buckets }, (_, i) => (i === buckets - 1 ? max : min + width * (i + 1)));
+  const counts = new Array<number>(buckets).fill(0);
+  for (const v of finite) counts[Math.min(buckets - 1, Math.floor((v - min) / width))]! += 1;
+  return new ProtoWriter()
+    .double(1, min)
+    .double(2, max)
+    .double(3, finite.length)
+    .double(
+      4,
+      finite.reduce((s, v) => s + v, 0),
+    )
+    .double(
+      5,
+      finite.reduce((s, v) => s + v * v, 0),
+    )
+    .packedDoubles(6, limits)
+    .packedDoubles(7, counts);
+}
+
+/** Writes one run's event file; every call appends whole frames (a crash leaves whole records behind). */
+export class TensorBoardWriter {
+  private fd: number | undefined;
+
+  /** The event file (`events.out.tfevents.<seconds>.<host>.<pid>`). */
+  readonly file: string;
+
+  constructor(dir: string, now: () => number = Date.now) {
+    this.now = now;
+    mkdirSync(dir, { recursive: true });
+    this.file = join(dir, `events.out.tfevents.${Math.floor(now() / 1000)}.${hostname()}.${process.pid}`);
+    this.fd = openSync(this.file, "a");
+    this.write(event(0, now() / 1000, undefined, "brain.Event:2"));
+  }
+
+  private readonly now: () => number;
+
+  private write(record: Uint8Array): void {
+    if (this.fd === undefined) throw new Error(`${this.file} is closed`);
+    writeSync(this.fd, tfRecord(record));
+  }
+
+  /** Every finite value as a scalar at `step` (tags as given: `loss/total`, `task/db/success`). */
+  scalars(step: number, values: Readonly<Record<string, number>>): void {
+    const summary = new ProtoWriter();
+    for (const [tag, value] of Object.entries(values)) {
+      if (!Number.isFinite(value)) continue;
+      summary.message(1, new ProtoWriter().string(1, tag).float(2, value));
+    }
+    this.write(event(step, this.now() / 1000, summary));
+  }
+
+  histogram(step: number, tag: string, values: readonly number[]): void {
+    const summary = new ProtoWriter().message(1, new ProtoWriter().string(1, tag).message(5, histogramProto(values)));
+    this.write(event(step, this.now() / 1000, summary));
+  }
+
+  /** Markdown text (the text plugin's string tensor): the closing evaluation table, for one. */
+  text(step: number, tag: string, markdown: string): void {
+    const metadata = new ProtoWriter().message(1, new ProtoWriter().string(1, "text"));
+    const tensor = new ProtoWriter()
+      .int64(1, 7) // DT_STRING
+      .message(2, new ProtoWriter()) // a scalar shape
+      .bytes(8, new TextEncoder().encode(markdown));
+    const value = new ProtoWriter().string(1, tag).message(8, tensor).message(9, metadata);
+    this.write(event(step, this.now() / 1000, new ProtoWriter().message(1, value)));
+  }
+
+  close(): void {
+    if (this.fd === undefined) return;
+    closeSync(this.fd);
+    this.fd = undefined;
+  }
+}

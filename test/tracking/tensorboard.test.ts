@@ -1,0 +1,98 @@
+import { execFileSync, spawnSync } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+import { crc32c, maskedCrc32c } from "../../shared/tracking/crc32c.ts";
+import { TensorBoardWriter } from "../../shared/tracking/tensorboard.ts";
+import { requireOrSkip } from "../agentbench/support.ts";
+import { tempDir } from "../support/tmp.ts";
+
+/**
+ * The TensorBoard event file, read back by an independent decoder: Debian's `protoc --decode_raw`
+ * parses each record's protobuf, and the frames' CRCs are checked against CRC-32C's published
+ * check values.
+ */
+const protoc = spawnSync("protoc", ["--version"]).status === 0;
+const ready = requireOrSkip(
+  "tensorboard.test.ts",
+  "TensorBoard files decoded by protoc",
+  protoc ? [] : ["no protoc (apt-get install protobuf-compiler)"],
+);
+
+const ascii = (text: string) => new TextEncoder().encode(text);
+
+/** The frames of a TFRecord file, each CRC checked. */
+function frames(bytes: Uint8Array): Uint8Array[] {
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const out: Uint8Array[] = [];
+  for (let at = 0; at < bytes.length; ) {
+    const length = Number(view.getBigUint64(at, true));
+    expect(view.getUint32(at + 8, true)).toBe(maskedCrc32c(bytes.subarray(at, at + 8)));
+    const record = bytes.subarray(at + 12, at + 12 + length);
+    expect(view.getUint32(at + 12 + length, true)).toBe(maskedCrc32c(record));
+    out.push(record);
+    at += 12 + length + 4;
+  }
+  return out;
+}
+
+const decodeRaw = (record: Uint8Array): string =>
+  execFileSync("protoc", ["--decode_raw"], { input: record }).toString();
+
+/** protoc prints a fixed32 field as hex: the float32 bits of `value`. */
+function float32Hex(value: number): string {
+  const bytes = new DataView(new ArrayBuffer(4));
+  bytes.setFloat32(0, value, true);
+  return `0x${bytes.getUint32(0, true).toString(16).padStart(8, "0")}`;
+}
+
+describe("CRC-32C and TensorFlow's mask", () => {
+  it("match the published check values", () => {
+    expect(crc32c(ascii("123456789"))).toBe(0xe3069283);
+    expect(crc32c(new Uint8Array(32))).toBe(0x8a9136aa);
+    expect(crc32c(new Uint8Array(32).fill(0xff))).toBe(0x62a8ab43);
+    expect(crc32c(new Uint8Array(0))).toBe(0);
+    expect(maskedCrc32c(ascii("123456789"))).toBe(0xc78ab0e5);
+  });
+});
+
+describe.skipIf(!ready)("TensorBoard event files", () => {
+  it("holds the file version, every scalar at its step, a histogram and a text, readable by protoc", () => {
+    const dir = tempDir("agentrl-tb-");
+    let clock = 1_700_000_000_000;
+    const writer = new TensorBoardWriter(dir, () => (clock += 1000));
+    const metrics = {
+      "loss/total": 0.25,
+      "task/db/success": 0.5,
+      "rollout/staleness_mean": 1.5,
+      "bad/nan": Number.NaN,
+    };
+    writer.scalars(3, metrics);
+    writer.histogram(3, "advantages", [-1, -0.5, 0, 0.5, 1, 1]);
+    writer.text(4, "evaluation", "| policy | db |\n|---|---|\n| v4 | 12.0 |");
+    writer.close();
+    expect(writer.file).toMatch(/events\.out\.tfevents\.\d+\./);
+    const [version, scalars, histogram, text, ...rest] = frames(readFileSync(join(writer.file)));
+    expect(rest).toEqual([]);
+
+    expect(decodeRaw(version!)).toMatch(/3: "brain.Event:2"/);
+    const decoded = decodeRaw(scalars!);
+    expect(decoded).toMatch(/^2: 3$/m);
+    for (const [tag, value] of Object.entries(metrics)) {
+      if (Number.isNaN(value)) {
+        expect(decoded).not.toContain(tag);
+        continue;
+      }
+      expect(decoded).toContain(`1: "${tag}"`);
+      expect(decoded).toContain(`2: ${float32Hex(value)}`);
+    }
+    const histo = decodeRaw(histogram!);
+    expect(histo).toContain('1: "advantages"');
+    expect(histo).toMatch(/5 \{[^}]*3: 0x4018000000000000/s); // num = 6.0 as a double
+    const textOut = decodeRaw(text!);
+    expect(textOut).toContain('1: "evaluation"');
+    expect(textOut).toContain('1: "text"');
+    expect(textOut).toContain("| v4 | 12.0 |");
+    expect(textOut).toMatch(/^2: 4$/m);
+  });
+});
