@@ -9,6 +9,7 @@ import { BASE_CHECKPOINT_DIR, runPipeline } from "../launch/pipeline.ts";
 import { createProgressView } from "../launch/progress.ts";
 import { configFromOptions, withConfigOptions } from "../options.ts";
 import { evalComparisonMarkdown, samplingTableMarkdown } from "../report/report.ts";
+import { displayPath, nextStepsText } from "../runFolder.ts";
 import { intOption } from "./controller.ts";
 
 /** Config of `npm start`: a short multi-task run sized for 2 CPU cores. */
@@ -24,8 +25,8 @@ export interface TrainOptions {
   base?: string;
 }
 
-function addTrainOptions(command: Command): Command {
-  return withConfigOptions(command)
+function addTrainOptions(command: Command, configHelp?: string): Command {
+  return withConfigOptions(command, configHelp)
     .option("--transport <kind>", "local (SQLite queue + directory store) or aws (SQS + S3)", transportOption)
     .option("--endpoint <url>", "AWS-API endpoint (moto server, LocalStack); implies --transport aws")
     .option("--run-dir <dir>", "folder of this run (default: <runDir>/<experimentId>-<time>)")
@@ -92,7 +93,7 @@ async function train(options: TrainOptions): Promise<void> {
   };
   process.once("SIGINT", onSignal);
   process.once("SIGTERM", onSignal);
-  process.stderr.write(`run folder: ${runDir}\n`);
+  process.stderr.write(`run folder: ${displayPath(runDir)}\n`);
   const result = await runPipeline({
     config,
     runDir,
@@ -118,7 +119,15 @@ async function train(options: TrainOptions): Promise<void> {
       if (sampling) lines.push("", sampling);
     }
   }
-  lines.push("", `report: ${result.reportFile}`);
+  lines.push(
+    "",
+    `report: ${displayPath(result.reportFile)}`,
+    "",
+    nextStepsText(runDir, {
+      ...(options.config ? { configFile: options.config } : {}),
+      evalN: config.evaluation.instances || 20,
+    }),
+  );
   process.stdout.write(`${lines.join("\n")}\n`);
   if (result.interrupted) process.exitCode = 130;
 }
@@ -133,7 +142,10 @@ export function register(program: Command): void {
   addTrainOptions(
     program
       .command("start")
-      .description("the embedded default: a short multi-task run of the whole pipeline on this machine"),
+      .description(
+        "the embedded default (npm start): a short multi-task run of the whole pipeline on this machine, configs/quickstart.yaml",
+      ),
+    "experiment config (YAML or JSON); default configs/quickstart.yaml",
   ).action((options: TrainOptions) => train({ ...options, config: options.config ?? QUICKSTART_CONFIG }));
 }
 

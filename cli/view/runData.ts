@@ -3,7 +3,7 @@ import { join, resolve } from "node:path";
 import { z } from "zod";
 import { BpeTokenizer } from "../../shared/chat/tokenizer.ts";
 import { TransportConfig } from "../../shared/config/transport.ts";
-import { AgentRlError, issuesOf } from "../../shared/errors.ts";
+import { issuesOf, ValidationError } from "../../shared/errors.ts";
 import { Trajectory } from "../../shared/protocol/messages.ts";
 import { STEP_RECORD_PREFIX, StepRecord, type StepTrajectory } from "../../shared/protocol/stepRecord.ts";
 import { createTransport } from "../../shared/transport/index.ts";
@@ -17,9 +17,11 @@ import type { ObjectStore, Transport } from "../../shared/transport/types.ts";
  * is opened.
  */
 
-/** The run folder cannot be opened at all (the CLI says why and exits). */
-export class RunFolderError extends AgentRlError {
-  override readonly name = "RunFolderError";
+/** The run folder cannot be opened at all (the CLI says why and exits 2, as for any bad input). */
+export class RunFolderError extends ValidationError {
+  constructor(message: string) {
+    super("run folder", [{ path: "<run-dir>", message }]);
+  }
 }
 
 /** One row of the trajectory list. */
@@ -121,7 +123,9 @@ export interface OpenRunOptions {
 
 async function locate(runDir: string, options: OpenRunOptions): Promise<RunLocation> {
   if (!existsSync(runDir) || !statSync(runDir).isDirectory())
-    throw new RunFolderError(`${runDir} does not exist or is not a folder; give the folder \`agentrl train\` printed`);
+    throw new RunFolderError(
+      `${runDir} does not exist or is not a folder; give the run folder \`npm start\` or \`agentrl train\` printed (runs/<experiment>-<time>)`,
+    );
   const configFile = join(runDir, "config.json");
   if (!existsSync(configFile))
     throw new RunFolderError(
