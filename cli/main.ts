@@ -1,6 +1,7 @@
 import { readFileSync } from "node:fs";
 import { Command, CommanderError, type Option } from "commander";
 import { AgentRlError, ValidationError } from "../shared/errors.ts";
+import { EXIT_CODES as EXIT } from "./exitCodes.ts";
 
 /**
  * `agentrl` — one entry for every role. Each subcommand lives in cli/commands/<name>.ts and
@@ -22,13 +23,6 @@ const COMMANDS: ReadonlyArray<() => Promise<{ register(program: Command): void }
   () => import("./commands/rollout.ts"),
   () => import("./commands/trainer.ts"),
 ];
-
-/**
- * Exit codes, the same for every subcommand (README "Exit codes"): 0 done (help and --version
- * too), 1 it ran and failed, 2 the command line or config was wrong and nothing ran, 130 stopped
- * by Ctrl-C.
- */
-export const EXIT = { ok: 0, failed: 1, usage: 2, interrupted: 130 } as const;
 
 /**
  * Commander checks required options before unknown ones, so `eval --polcy 3` would report the

@@ -7,6 +7,7 @@ import { createLogger } from "../../shared/log.ts";
 import { newestVersion } from "../../shared/protocol/checkpoints.ts";
 import { secretEnv, withGeneratedSecrets } from "../../shared/security/secrets.ts";
 import { createTransport } from "../../shared/transport/index.ts";
+import { EXIT_CODES } from "../exitCodes.ts";
 import { evalTasks, runEval, samplingSuffix } from "../launch/eval.ts";
 import { startPolicyServer } from "../launch/policy.ts";
 import { startEnvStack } from "../launch/stack.ts";
@@ -123,7 +124,7 @@ export function register(program: Command): void {
     // Our controller, workers and pinned policy server share fresh secrets unless the environment sets them.
     const secrets = withGeneratedSecrets();
     const supervisor = new Supervisor(outDir, { ...process.env, ...secretEnv(secrets) });
-    const stop = () => void supervisor.stopAll().then(() => process.exit(130));
+    const stop = () => void supervisor.stopAll().then(() => process.exit(EXIT_CODES.interrupted));
     process.once("SIGINT", stop);
     try {
       const controllerUrl = await startEnvStack(supervisor, {

@@ -5,6 +5,7 @@ import type { ExperimentConfig } from "../../shared/config/index.ts";
 import { parseConfig } from "../../shared/config/index.ts";
 import { ValidationError } from "../../shared/errors.ts";
 import { isHfFolder } from "../../shared/model/hf/base.ts";
+import { EXIT_CODES } from "../exitCodes.ts";
 import { BASE_CHECKPOINT_DIR, runPipeline } from "../launch/pipeline.ts";
 import { createProgressView } from "../launch/progress.ts";
 import { configFromOptions, withConfigOptions } from "../options.ts";
@@ -89,7 +90,7 @@ async function train(options: TrainOptions): Promise<void> {
   const onSignal = () => {
     process.stderr.write("\nstopping every role (Ctrl-C again to force)…\n");
     stop.abort();
-    process.once("SIGINT", () => process.exit(130));
+    process.once("SIGINT", () => process.exit(EXIT_CODES.interrupted));
   };
   process.once("SIGINT", onSignal);
   process.once("SIGTERM", onSignal);
@@ -129,7 +130,7 @@ async function train(options: TrainOptions): Promise<void> {
     }),
   );
   process.stdout.write(`${lines.join("\n")}\n`);
-  if (result.interrupted) process.exitCode = 130;
+  if (result.interrupted) process.exitCode = EXIT_CODES.interrupted;
 }
 
 /** `agentrl train` runs any experiment; `agentrl start` runs the quickstart (what `npm start` calls). */
