@@ -47,10 +47,10 @@ export function nextStepsText(runDir: string, options: { configFile?: string; ev
     `run folder: ${run}`,
     "",
     "next:",
-    `  npx agentrl view ${run}                      # trajectories, tokens, trainer steps and the report in a browser`,
-    `  npx agentrl eval --run ${run} --policy newest --n ${options.evalN}   # evaluate a version of this run again (--policy N for another)`,
+    `  npx agentrl view ${run}    # trajectories, tokens, trainer steps and the report in a browser`,
+    `  npx agentrl eval --run ${run} --policy newest --n ${options.evalN}    # evaluate a version again (--policy N for another)`,
   ];
   if (config)
-    lines.push(`  npx agentrl train -c ${config} --set trainer.maxSteps=20   # train longer (a new run folder)`);
+    lines.push(`  npx agentrl train -c ${config} --set trainer.maxSteps=20    # train longer (a new run folder)`);
   return lines.join("\n");
 }
