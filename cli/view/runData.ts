@@ -34,6 +34,8 @@ export interface TrajectorySummary {
   readonly sample: number;
   readonly status: string;
   readonly reward: number;
+  /** Completed with the task's full environment reward (see SUCCESS_REWARD), apart from how it ended. */
+  readonly success: boolean;
   readonly turns: number;
   readonly tokens: number;
   /** Generated (loss-mask 1) tokens. */
@@ -59,6 +61,14 @@ export interface TrainerView {
   readonly dropped?: string;
 }
 
+/**
+ * The environment reward at which an episode counts as a success: 1 for every shipped task (the
+ * binary tasks' only reward, WebShop's perfect purchase; its graded rewards below 1 are partial).
+ * `completed` only says the agent ended the episode itself, so a completed episode with reward 0
+ * is no success.
+ */
+export const SUCCESS_REWARD = 1;
+
 /** The list's filter, sort and page, as validated from the URL query (strings coerced). */
 export const ListQuery = z
   .object({
@@ -68,6 +78,8 @@ export const ListQuery = z
     group: z.string().optional(),
     /** Substring of the trajectory id. */
     q: z.string().optional(),
+    /** `yes`: successes only; `no`: the rest. */
+    success: z.enum(["yes", "no"]).optional(),
     /** A step number, `none` (not consumed) or `dropped`. */
     step: z.union([z.coerce.number().int().positive(), z.enum(["none", "dropped"])]).optional(),
     minReward: z.coerce.number().optional(),
@@ -79,6 +91,7 @@ export const ListQuery = z
         "index",
         "sample",
         "status",
+        "success",
         "reward",
         "normalizedAdvantage",
         "turns",
@@ -190,7 +203,7 @@ async function pooled<T>(items: readonly T[], limit: number, work: (item: T) => 
   await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
 }
 
-function compare(a: number | string | null, b: number | string | null): number {
+function compare(a: number | string | boolean | null, b: number | string | boolean | null): number {
   if (a === b) return 0;
   if (a === null) return 1; // missing values last
   if (b === null) return -1;
@@ -304,6 +317,7 @@ export class RunView {
       sample: t.sample,
       status: t.status,
       reward: t.reward,
+      success: t.status === "completed" && t.envReward >= SUCCESS_REWARD,
       turns: t.turns,
       tokens: t.tokenIds.length,
       generated: t.lossMask.reduce<number>((s, m) => s + m, 0),
@@ -351,6 +365,7 @@ export class RunView {
       (s) =>
         (query.task === undefined || s.task === query.task) &&
         (query.status === undefined || s.status === query.status) &&
+        (query.success === undefined || s.success === (query.success === "yes")) &&
         (query.pool === undefined || s.pools.includes(query.pool)) &&
         (query.group === undefined || s.groupId === query.group) &&
         (query.q === undefined || s.trajectoryId.includes(query.q)) &&
