@@ -70,7 +70,12 @@ async function paste(script: string, timeoutMs: number): Promise<{ status: numbe
     timeoutMs,
     env: { AGENTRL_LOG_LEVEL: "info", NO_COLOR: "1" },
   });
-  return { status: result.status, output: (result.stdout + result.stderr).replace(/\r\n/g, "\n") };
+  // what a terminal would have drawn over: npx's spinner, cursor moves, colours
+  const output = (result.stdout + result.stderr)
+    .replace(/\u001b\[[0-9;?]*[A-Za-z]/g, "")
+    .replace(/[\u2800-\u28ff]/g, "")
+    .replace(/\r\n/g, "\n");
+  return { status: result.status, output };
 }
 
 function shellQuote(text: string): string {
@@ -117,7 +122,7 @@ describe("the README's command blocks", () => {
     expect(status).toBe(0);
     expect(created).toHaveLength(1);
     runName = created[0] as string;
-    const printed = output.slice(output.indexOf("run folder: runs/"));
+    const printed = output.slice(output.lastIndexOf("run folder: runs/")); // the last: the first is said at the start
     expect(printed).toMatch(new RegExp(`^run folder: runs/${runName}\\n\\nnext:\\n`));
     expect(output).toMatch(new RegExp(`^report: runs/${runName}/report.html$`, "m"));
 
