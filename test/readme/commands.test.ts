@@ -63,6 +63,9 @@ const EXERCISED: ReadonlyArray<[string, string]> = [
   ["Deploying to AWS", "test/infra/stacks.test.ts (synth, cdk-nag) and test/infra/rehearse.test.ts"],
 ];
 
+/** A terminal control sequence (ESC [ … letter), built from its code so the source holds no control character. */
+const ANSI_ESCAPE = new RegExp(`${String.fromCharCode(27)}\\[[0-9;?]*[A-Za-z]`, "g");
+
 /** Runs a script in bash inside a pseudo-terminal, from the repository root; output is stdout and stderr together. */
 async function paste(script: string, timeoutMs: number): Promise<{ status: number | null; output: string }> {
   const result = await runProcess("script", ["-qefc", `bash -m -c ${shellQuote(script)}`, "/dev/null"], {
@@ -72,7 +75,7 @@ async function paste(script: string, timeoutMs: number): Promise<{ status: numbe
   });
   // what a terminal would have drawn over: npx's spinner, cursor moves, colours
   const output = (result.stdout + result.stderr)
-    .replace(/\u001b\[[0-9;?]*[A-Za-z]/g, "")
+    .replace(ANSI_ESCAPE, "")
     .replace(/[\u2800-\u28ff]/g, "")
     .replace(/\r\n/g, "\n");
   return { status: result.status, output };
