@@ -1,5 +1,5 @@
 /**
- * Exit codes, the same for every subcommand (README "Exit codes"): 0 done (help and --version
+ * Exit codes, the same for every subcommand (README "Commands and exit codes"): 0 done (help and --version
  * too), 1 it ran and failed, 2 the command line or config was wrong and nothing ran, 130 stopped
  * by Ctrl-C. A module of its own so tests can import it without running the CLI.
  */
