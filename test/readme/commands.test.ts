@@ -60,7 +60,7 @@ const EXERCISED: ReadonlyArray<[string, string]> = [
   ["Your own experiment", "run as written"],
   ["A sweep on this machine", "the dry run as written; the full run is test/infra/sweep.test.ts's"],
   ["Against moto or LocalStack", "run as written with a 1-step --set"],
-  ["Deploying to AWS", "test/infra/stacks.test.ts (synth, cdk-nag) and test/infra/rehearse.test.ts"],
+  ["Deploying to AWS", "synth as written; the rehearsal is test/infra/rehearse.test.ts's"],
 ];
 
 /** A terminal control sequence (ESC [ … letter), built from its code so the source holds no control character. */
@@ -239,6 +239,15 @@ describe("the README's command blocks", () => {
     expect(dry.output).toMatch(/sweep lr: 4 experiments/);
     expect(dry.status).toBe(0);
   }, 130_000);
+
+  it("Deploying to AWS: cdk synth of the example experiment, with the cdk-nag checks, as written", async () => {
+    const lines = block("Deploying to AWS").split("\n");
+    expect(lines[0]).toMatch(/^npx cdk synth --quiet -c config=configs\/example-experiment.yaml {2,}#/);
+    expect(lines[1]).toMatch(/^npm run rehearse {2,}#/);
+    const { status, output } = await paste(lines[0] as string, 300_000);
+    expect(output).toContain("Successfully synthesized");
+    expect(status).toBe(0);
+  }, 320_000);
 
   it("Against moto: the example experiment trains on the AWS API (one step)", async () => {
     const code = block("Against moto or LocalStack");
