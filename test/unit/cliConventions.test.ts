@@ -73,6 +73,15 @@ describe("agentrl's exit codes: 0 done, 1 ran and failed, 2 bad input (nothing r
     expect(result.status).toBe(2);
   });
 
+  it("eval --run refuses a folder that is no run folder, saying what one holds", async () => {
+    const dir = tempDir("agentrl-not-a-run-");
+    const result = await agentrl(["eval", "--run", dir]);
+    expect(result.stderr).toMatch(
+      /--run: .* is not a run folder: it has no config.json \(a run folder holds config.json,/,
+    );
+    expect(result.status).toBe(2);
+  });
+
   it("exits 1 when a command ran and failed", async () => {
     // a folder that looks like a checkpoint but whose version is incomplete: the export runs and fails
     const dir = tempDir("agentrl-broken-ckpt-");
