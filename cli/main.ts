@@ -1,5 +1,7 @@
-import { Command, CommanderError } from "commander";
+import { readFileSync } from "node:fs";
+import { Command, CommanderError, type Option } from "commander";
 import { AgentRlError, ValidationError } from "../shared/errors.ts";
+import { EXIT_CODES as EXIT } from "./exitCodes.ts";
 
 /**
  * `agentrl` — one entry for every role. Each subcommand lives in cli/commands/<name>.ts and
@@ -23,27 +25,60 @@ const COMMANDS: ReadonlyArray<() => Promise<{ register(program: Command): void }
   () => import("./commands/trainer.ts"),
 ];
 
+/**
+ * Commander checks required options before unknown ones, so `eval --polcy 3` would report the
+ * missing `--policy` and hide the typo; this command reports the unknown option (with commander's
+ * "Did you mean") first.
+ */
+class AgentRlCommand extends Command {
+  declare unknownOption: (flag: string) => never;
+  declare missingMandatoryOptionValue: (option: Option) => never;
+
+  override createCommand(name?: string): AgentRlCommand {
+    return new AgentRlCommand(name);
+  }
+
+  constructor(name?: string) {
+    super(name);
+    const missing = AgentRlCommand.prototype.missingMandatoryOptionValue;
+    this.missingMandatoryOptionValue = (option: Option): never => {
+      const known = new Set(this.options.flatMap((o) => [o.long, o.short]).filter(Boolean));
+      const unknown = this.args.find((arg) => /^--?[^-]/.test(arg) && !known.has(arg.split("=")[0]));
+      if (unknown) this.unknownOption(unknown.split("=")[0] as string);
+      return missing.call(this, option);
+    };
+  }
+}
+
+function packageVersion(): string {
+  const text = readFileSync(new URL("../package.json", import.meta.url), "utf8");
+  return (JSON.parse(text) as { version: string }).version;
+}
+
 async function main(argv: string[]): Promise<void> {
-  const program = new Command("agentrl")
+  const program = new AgentRlCommand("agentrl")
     .description("Multi-turn, multi-task agentic RL on queues and object stores (AgentRL in TypeScript)")
+    .version(packageVersion(), "-V, --version", "print the version")
     .showHelpAfterError("(run with --help for usage)")
     .exitOverride();
   for (const load of COMMANDS) (await load()).register(program);
   await program.parseAsync(argv);
 }
 
-main(process.argv).catch((error: unknown) => {
-  if (error instanceof CommanderError) process.exit(error.exitCode);
+main(process.argv).catch(async (error: unknown) => {
+  if (error instanceof CommanderError) process.exit(error.exitCode === 0 ? EXIT.ok : EXIT.usage);
   if (error instanceof ValidationError) {
-    process.stderr.write(`agentrl: ${error.message}\n`);
-    process.exit(2);
+    const { withFieldHints } = await import("./suggest.ts");
+    const hinted = error.what === "config" ? withFieldHints(error) : error;
+    process.stderr.write(`agentrl: ${hinted.message}\n`);
+    process.exit(EXIT.usage);
   }
   if (error instanceof AgentRlError) {
     process.stderr.write(`agentrl: ${error.message}\n`);
-    process.exit(1);
+    process.exit(EXIT.failed);
   }
   process.stderr.write(
     `agentrl: unexpected error: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
   );
-  process.exit(1);
+  process.exit(EXIT.failed);
 });

@@ -1,6 +1,7 @@
 import { join } from "node:path";
 import { type Command, InvalidArgumentError, Option } from "commander";
 import { AgentRlError } from "../../shared/errors.ts";
+import { assertConfigFile } from "../options.ts";
 import { intOption, urlOption } from "./controller.ts";
 
 interface PoolCliOptions {
@@ -72,6 +73,7 @@ export function registerPool(env: Command): void {
         import("../../shared/log.ts"),
         import("../../functions/envpool/manager.ts"),
       ]);
+      if (options.config) assertConfigFile(options.config, "--config");
       const config = options.config ? await loadConfig(options.config) : undefined;
       const entry =
         config?.tasks.mix.find((e) => e.name === options.task) ?? TaskMixEntry.parse({ name: options.task });

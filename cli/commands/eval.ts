@@ -7,21 +7,24 @@ import { createLogger } from "../../shared/log.ts";
 import { newestVersion } from "../../shared/protocol/checkpoints.ts";
 import { secretEnv, withGeneratedSecrets } from "../../shared/security/secrets.ts";
 import { createTransport } from "../../shared/transport/index.ts";
+import { EXIT_CODES } from "../exitCodes.ts";
 import { evalTasks, runEval, samplingSuffix } from "../launch/eval.ts";
 import { startPolicyServer } from "../launch/policy.ts";
 import { startEnvStack } from "../launch/stack.ts";
 import { Supervisor } from "../launch/supervisor.ts";
 import { configFromOptions, withConfigOptions } from "../options.ts";
 import { evalReportMarkdown } from "../report/report.ts";
+import { displayPath, runFolderConfig } from "../runFolder.ts";
 import { intOption } from "./controller.ts";
 
 interface EvalOptions {
-  policy: string;
+  policy?: string;
+  run?: string;
   model?: string;
   apiKeyEnv?: string;
   tasks?: string[];
   split: "train" | "test";
-  n: number;
+  n?: number;
   controller?: string;
   out?: string;
   concurrency: number;
@@ -38,10 +41,14 @@ export function register(program: Command): void {
     program
       .command("eval")
       .description("evaluate a policy version or an OpenAI-compatible endpoint on the tasks' held-out split")
-      .requiredOption(
+      .option(
         "--policy <version|url>",
-        "a version number, `newest`, or an OpenAI-compatible base URL (…/v1)",
+        "a version number, `newest`, or an OpenAI-compatible base URL (…/v1); with --run, default newest",
         policyOption,
+      )
+      .option(
+        "--run <run-dir>",
+        "a run folder `agentrl train` / `npm start` printed: evaluate its versions with its config (instead of --config)",
       )
       .option("--model <name>", "model name sent to an OpenAI-compatible URL")
       .option(
@@ -50,7 +57,11 @@ export function register(program: Command): void {
       )
       .option("--tasks <names...>", "tasks to evaluate (default: the config's task mix)")
       .option("--split <split>", "train or test", splitOption, "test")
-      .option("--n <n>", "instances per task (from the start of the split)", intOption("--n", 1), 50)
+      .option(
+        "--n <n>",
+        "instances per task (from the start of the split; default: the run's evaluation.instances with --run, else 50)",
+        intOption("--n", 1),
+      )
       .option("--concurrency <n>", "episodes in flight", intOption("--concurrency", 1), 8)
       .option(
         "--temperature <t>",
@@ -66,7 +77,10 @@ export function register(program: Command): void {
         1,
       )
       .option("--controller <url>", "use a running controller instead of starting one with the tasks' workers")
-      .option("--out <dir>", "folder for eval-<policy>.json/.md (default: <runDir>/eval-<time>)"),
+      .option(
+        "--out <dir>",
+        "folder for eval-<policy>.json/.md (default: <run>/eval-<time> with --run, else <runDir>/eval-<time>)",
+      ),
   ).action(async (options: EvalOptions) => {
     if (options.samples > 1 && options.temperature === 0)
       throw new ValidationError("eval options", [
@@ -79,18 +93,30 @@ export function register(program: Command): void {
       throw new ValidationError("eval options", [
         { path: "--top-p", message: "nucleus sampling needs --temperature > 0 (greedy decoding ignores it)" },
       ]);
+    if (options.run && options.config)
+      throw new ValidationError("eval options", [
+        { path: "--run", message: "give --run or --config, not both (a run folder brings its own config.json)" },
+      ]);
+    const policy = options.policy ?? (options.run ? "newest" : undefined);
+    if (policy === undefined)
+      throw new ValidationError("eval options", [
+        {
+          path: "--policy",
+          message: 'missing: give a version number, "newest" or an OpenAI-compatible URL (or --run <run folder>)',
+        },
+      ]);
     const sampling = { temperature: options.temperature, topP: options.topP, samples: options.samples };
-    const config = await configFromOptions(options);
-    const isUrl = /^https?:\/\//.test(options.policy);
+    const config = options.run ? await runFolderConfig(options.run, options.set) : await configFromOptions(options);
+    const n = options.n ?? (options.run && config.evaluation.instances > 0 ? config.evaluation.instances : 50);
+    const isUrl = /^https?:\/\//.test(policy);
     const apiKey = isUrl ? apiKeyOf(options.apiKeyEnv) : undefined;
     // "newest" is resolved once, here: the report names the version it measured, and a trainer
     // publishing meanwhile cannot change it under the evaluation.
-    const version = isUrl ? undefined : await resolveVersion(config, options.policy);
+    const version = isUrl ? undefined : await resolveVersion(config, policy);
     const names = options.tasks ?? config.tasks.mix.map((t) => t.name);
-    const tasks = await evalTasks(names, options.split, options.n);
-    const outDir = resolve(
-      options.out ?? join(config.runDir, `eval-${new Date().toISOString().replace(/[:.]/g, "-")}`),
-    );
+    const tasks = await evalTasks(names, options.split, n);
+    const stamp = `eval-${new Date().toISOString().replace(/[:.]/g, "-")}`;
+    const outDir = resolve(options.out ?? join(options.run ?? config.runDir, stamp));
     mkdirSync(outDir, { recursive: true });
     const configFile = join(outDir, "config.json");
     writeFileSync(configFile, `${JSON.stringify(config, null, 2)}\n`);
@@ -98,7 +124,7 @@ export function register(program: Command): void {
     // Our controller, workers and pinned policy server share fresh secrets unless the environment sets them.
     const secrets = withGeneratedSecrets();
     const supervisor = new Supervisor(outDir, { ...process.env, ...secretEnv(secrets) });
-    const stop = () => void supervisor.stopAll().then(() => process.exit(130));
+    const stop = () => void supervisor.stopAll().then(() => process.exit(EXIT_CODES.interrupted));
     process.once("SIGINT", stop);
     try {
       const controllerUrl = await startEnvStack(supervisor, {
@@ -108,7 +134,7 @@ export function register(program: Command): void {
       });
       const policyUrl =
         version === undefined
-          ? options.policy
+          ? policy
           : await startPolicyServer(supervisor, { name: "policy-eval", configFile, pool: "pinned", version });
       const report = await supervisor.guard(
         runEval({
@@ -118,7 +144,7 @@ export function register(program: Command): void {
           // an external policy URL gets only the key named for it, never ours
           ...(version === undefined ? (apiKey ? { apiKey } : {}) : { policyApiKey: secrets.policyApiKey }),
           controllerToken: secrets.controllerSecret,
-          label: `${version === undefined ? (options.model ?? options.policy) : `v${version}`}${samplingSuffix(sampling)}`,
+          label: `${version === undefined ? (options.model ?? policy) : `v${version}`}${samplingSuffix(sampling)}`,
           sampling,
           tasks,
           split: options.split,
@@ -128,7 +154,7 @@ export function register(program: Command): void {
           log,
         }),
       );
-      process.stdout.write(`${evalReportMarkdown(report)}\n\nwritten to ${outDir}\n`);
+      process.stdout.write(`${evalReportMarkdown(report)}\n\nwritten to ${displayPath(outDir)}\n`);
     } finally {
       await supervisor.stopAll();
     }

@@ -1,3 +1,5 @@
+import { existsSync, readdirSync, statSync } from "node:fs";
+import { join } from "node:path";
 import { type Command, InvalidArgumentError } from "commander";
 import { ValidationError } from "../../shared/errors.ts";
 import type { FloatDtype } from "../../shared/model/safetensors.ts";
@@ -21,6 +23,7 @@ async function openStore(
       { path: `${flag}/--store`, message: `give exactly one: ${flag} DIR or --store` },
     ]);
   const { LocalObjectStore } = await import("../../shared/transport/local.ts");
+  if (dir && flag === "--from") assertCheckpointFolder(dir, flag);
   if (dir) return { store: new LocalObjectStore(dir), close: async () => {} };
   const config = await configFromOptions(options);
   const { createTransport } = await import("../../shared/transport/index.ts");
@@ -41,6 +44,13 @@ export function registerHfCommands(policy: Command): void {
       .option("--store", "write into the experiment's checkpoint store")
       .option("--version <n>", "version number to write", versionOption, 0),
   ).action(async (hfDir: string, options: StoreOptions & { out?: string; version: number }) => {
+    if (!existsSync(hfDir) || !statSync(hfDir).isDirectory())
+      throw new ValidationError("policy options", [
+        {
+          path: "<hfDir>",
+          message: `${hfDir} does not exist or is not a folder; give a Hugging Face model folder (config.json, *.safetensors, tokenizer.json)`,
+        },
+      ]);
     const { store, close } = await openStore(options.out, "--out", options);
     try {
       const { initBackend } = await import("../../shared/model/backend.ts");
@@ -82,6 +92,23 @@ export function registerHfCommands(policy: Command): void {
       }
     },
   );
+}
+
+/** A checkpoint folder read from: it must exist and hold policies/v<N>/; the message names the path. */
+export function assertCheckpointFolder(dir: string, flag: string): void {
+  if (!existsSync(dir) || !statSync(dir).isDirectory())
+    throw new ValidationError("policy options", [
+      {
+        path: flag,
+        message: `${dir} does not exist or is not a folder; give a checkpoint folder holding policies/v<N>/`,
+      },
+    ]);
+  const policies = join(dir, "policies");
+  const versions = existsSync(policies) ? readdirSync(policies).filter((name) => /^v\d+$/.test(name)) : [];
+  if (versions.length === 0)
+    throw new ValidationError("policy options", [
+      { path: flag, message: `${dir} holds no checkpoint: no policies/v<N>/ folder in it` },
+    ]);
 }
 
 function versionOption(value: string): number {

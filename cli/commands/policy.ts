@@ -1,6 +1,7 @@
 import { existsSync, statSync } from "node:fs";
 import { resolve } from "node:path";
 import { type Command, InvalidArgumentError } from "commander";
+import type { ExperimentConfig } from "../../shared/config/index.ts";
 import { ValidationError } from "../../shared/errors.ts";
 import { createLogger } from "../../shared/log.ts";
 import { configFromOptions, withConfigOptions } from "../options.ts";
@@ -45,6 +46,9 @@ export function register(program: Command): void {
         ...options,
         set: [...(options.set ?? []), ...(pinned ? [pinned] : [])],
       });
+      // A pinned version must be in the store before anything says it is served.
+      if (typeof options.pin === "string" && /^\d+$/.test(options.pin))
+        await assertPublished(config, Number(options.pin));
       const log = createLogger({ role: `policy-${options.pool}`, experimentId: config.experimentId });
       const { servePolicy } = await import("../../trainer-image/policy-server/serve.ts");
       const { readSecrets } = await import("../../shared/security/secrets.ts");
@@ -142,6 +146,32 @@ function pinnedInit(value: string): string {
       message: `"${value}" is neither a version number nor an existing checkpoint folder (a folder holding policies/vN/)`,
     },
   ]);
+}
+
+/** `--pin N` names a version of the experiment's checkpoint store; say which versions it holds when N is not one. */
+async function assertPublished(config: ExperimentConfig, version: number): Promise<void> {
+  const { createTransport } = await import("../../shared/transport/index.ts");
+  const { listVersions, readManifest } = await import("../../shared/protocol/checkpoints.ts");
+  const transport = await createTransport(config.transport);
+  try {
+    const store = transport.store("checkpoints");
+    const ok = await readManifest(store, version).then(
+      () => true,
+      () => false,
+    );
+    if (ok) return;
+    const versions = await listVersions(store);
+    const where =
+      config.transport.kind === "local" ? config.transport.localDir : `s3://${config.transport.checkpointBucket}`;
+    throw new ValidationError("options", [
+      {
+        path: "--pin",
+        message: `version ${version} is not published in the checkpoint store ${where} (${versions.length ? `it holds ${versions.map((v) => `v${v}`).join(", ")}` : "it is empty"}); give a published version or a checkpoint folder`,
+      },
+    ]);
+  } finally {
+    await transport.close();
+  }
 }
 
 function poolOption(value: string): "current" | "stale" {

@@ -2,6 +2,7 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { type Command, InvalidArgumentError } from "commander";
 import { AgentRlError } from "../../shared/errors.ts";
+import { assertConfigFile } from "../options.ts";
 
 const AGENTRL_BIN = resolve(dirname(fileURLToPath(import.meta.url)), "../../bin/agentrl.mjs");
 
@@ -44,6 +45,7 @@ export function register(program: Command): void {
         options: { dryRun?: boolean; workDir?: string; runner?: string[]; failFast?: boolean; resultsBucket?: string },
       ) => {
         const { loadSweepSpec, expandGrid, describeAssignments } = await import("../../shared/config/sweep.ts");
+        assertConfigFile(file, "<file>", "a sweep spec (YAML or JSON), e.g. infra/examples/sweep-lr.yaml");
         const spec = await loadSweepSpec(file);
         if (options.dryRun) {
           const points = expandGrid(spec);

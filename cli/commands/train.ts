@@ -5,10 +5,12 @@ import type { ExperimentConfig } from "../../shared/config/index.ts";
 import { parseConfig } from "../../shared/config/index.ts";
 import { ValidationError } from "../../shared/errors.ts";
 import { isHfFolder } from "../../shared/model/hf/base.ts";
+import { EXIT_CODES } from "../exitCodes.ts";
 import { BASE_CHECKPOINT_DIR, runPipeline } from "../launch/pipeline.ts";
 import { createProgressView } from "../launch/progress.ts";
 import { configFromOptions, withConfigOptions } from "../options.ts";
 import { evalComparisonMarkdown, samplingTableMarkdown } from "../report/report.ts";
+import { displayPath, nextStepsText } from "../runFolder.ts";
 import { intOption } from "./controller.ts";
 
 /** Config of `npm start`: a short multi-task run sized for 2 CPU cores. */
@@ -24,8 +26,8 @@ export interface TrainOptions {
   base?: string;
 }
 
-function addTrainOptions(command: Command): Command {
-  return withConfigOptions(command)
+function addTrainOptions(command: Command, configHelp?: string): Command {
+  return withConfigOptions(command, configHelp)
     .option("--transport <kind>", "local (SQLite queue + directory store) or aws (SQS + S3)", transportOption)
     .option("--endpoint <url>", "AWS-API endpoint (moto server, LocalStack); implies --transport aws")
     .option("--run-dir <dir>", "folder of this run (default: <runDir>/<experimentId>-<time>)")
@@ -88,11 +90,11 @@ async function train(options: TrainOptions): Promise<void> {
   const onSignal = () => {
     process.stderr.write("\nstopping every role (Ctrl-C again to force)…\n");
     stop.abort();
-    process.once("SIGINT", () => process.exit(130));
+    process.once("SIGINT", () => process.exit(EXIT_CODES.interrupted));
   };
   process.once("SIGINT", onSignal);
   process.once("SIGTERM", onSignal);
-  process.stderr.write(`run folder: ${runDir}\n`);
+  process.stderr.write(`run folder: ${displayPath(runDir)}\n`);
   const result = await runPipeline({
     config,
     runDir,
@@ -118,9 +120,17 @@ async function train(options: TrainOptions): Promise<void> {
       if (sampling) lines.push("", sampling);
     }
   }
-  lines.push("", `report: ${result.reportFile}`);
+  lines.push(
+    "",
+    `report: ${displayPath(result.reportFile)}`,
+    "",
+    nextStepsText(runDir, {
+      ...(options.config ? { configFile: options.config } : {}),
+      evalN: config.evaluation.instances || 20,
+    }),
+  );
   process.stdout.write(`${lines.join("\n")}\n`);
-  if (result.interrupted) process.exitCode = 130;
+  if (result.interrupted) process.exitCode = EXIT_CODES.interrupted;
 }
 
 /** `agentrl train` runs any experiment; `agentrl start` runs the quickstart (what `npm start` calls). */
@@ -133,7 +143,10 @@ export function register(program: Command): void {
   addTrainOptions(
     program
       .command("start")
-      .description("the embedded default: a short multi-task run of the whole pipeline on this machine"),
+      .description(
+        "the embedded default (npm start): a short multi-task run of the whole pipeline on this machine, configs/quickstart.yaml",
+      ),
+    "experiment config (YAML or JSON); default configs/quickstart.yaml",
   ).action((options: TrainOptions) => train({ ...options, config: options.config ?? QUICKSTART_CONFIG }));
 }
 

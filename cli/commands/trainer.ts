@@ -10,7 +10,9 @@ export function register(program: Command): void {
   withConfigOptions(
     program
       .command("trainer")
-      .description("train on finished trajectories and publish policies/v{N+1} after every step"),
+      .description(
+        "train on finished trajectories: a new version every optimizer step, every trainer.checkpointEvery-th published as policies/vN/",
+      ),
   )
     .option("--metrics <file>", "metrics JSONL file (default <runDir>/<experimentId>/metrics.jsonl)")
     .action(async (options: { config?: string; set?: string[]; metrics?: string }) => {

@@ -3,7 +3,7 @@ import type { ChatMessage } from "../../shared/protocol/openai.ts";
 import type { StepRecord, StepTrajectory } from "../../shared/protocol/stepRecord.ts";
 import { scriptJson } from "../report/charts.ts";
 import { escapeXml as esc } from "../report/report.ts";
-import type { ListPage, ListQuery, RunView, TrajectorySummary } from "./runData.ts";
+import { type ListPage, type ListQuery, type RunView, SUCCESS_REWARD, type TrajectorySummary } from "./runData.ts";
 
 /** Server-rendered pages of `agentrl view`: plain HTML, one small inline script on the trajectory page. */
 
@@ -11,6 +11,8 @@ const STYLE = `body{font-family:system-ui,sans-serif;margin:0;color:#111}
 header{background:#1f2937;color:#fff;padding:8px 16px;display:flex;gap:16px;align-items:baseline}
 header a{color:#fff}main{padding:12px 16px}
 table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ddd;padding:3px 6px;text-align:right;white-space:nowrap}
+#trajectories{font-size:12px;width:100%}#trajectories td.wrap{white-space:normal;overflow-wrap:anywhere;min-width:8em}
+td.yes{color:#15803d;font-weight:bold}td.no{color:#6b7280}
 th{background:#f3f4f6}td.l,th.l{text-align:left}.problems{background:#fef3c7;border:1px solid #f59e0b;padding:8px 12px;margin:8px 0}
 form{margin:8px 0;display:flex;gap:8px;flex-wrap:wrap;align-items:end}label{font-size:12px;display:flex;flex-direction:column;align-items:flex-start}
 .turn{border-left:4px solid #ddd;margin:8px 0;padding:4px 10px}.turn.assistant{border-color:#2563eb}.turn.tool{border-color:#059669}
@@ -19,6 +21,20 @@ pre{white-space:pre-wrap;margin:4px 0;font-size:13px}.tokens{font-family:ui-mono
 .tok{padding:1px 0;border-right:1px solid #fff;white-space:pre}.legend{font-size:12px;color:#444}
 .pager a,.pager span{margin-right:8px}.dropped{color:#b91c1c}`;
 
+/** The bar on top of every page, the report included (inline styles: the report brings its own CSS). */
+export function navigation(view: RunView): string {
+  const link = 'style="color:#fff;margin-right:16px"';
+  return `<header id="nav" style="background:#1f2937;color:#fff;padding:8px 16px;font-family:system-ui,sans-serif;display:flex;gap:16px;align-items:baseline"><b>agentrl view</b><span>${esc(view.experimentId)}</span><a ${link} href="/">trajectories</a><a ${link} href="/steps">steps</a><a ${link} href="/report">report</a></header>`;
+}
+
+/** The run's report.html with the viewer's navigation on top. */
+export function reportPage(view: RunView, html: string): string {
+  const body = /<body[^>]*>/i.exec(html);
+  if (!body) return `${navigation(view)}${html}`;
+  const at = body.index + body[0].length;
+  return `${html.slice(0, at)}${navigation(view)}${html.slice(at)}`;
+}
+
 function layout(view: RunView, title: string, body: string, script = ""): string {
   const problems =
     view.problems.length > 0
@@ -26,7 +42,7 @@ function layout(view: RunView, title: string, body: string, script = ""): string
       : "";
   return `<!doctype html>
 <html><head><meta charset="utf-8"><title>${esc(title)}</title><style>${STYLE}</style></head><body>
-<header><b>agentrl view</b><span>${esc(view.experimentId)}</span><a href="/">trajectories</a><a href="/steps">steps</a><a href="/report">report</a></header>
+${navigation(view)}
 <main>${problems}${body}</main>${script}</body></html>`;
 }
 
@@ -60,6 +76,11 @@ function select(name: string, label: string, values: readonly (string | number)[
   return `<label>${label}<select name="${name}"><option value="">any</option>${options}</select></label>`;
 }
 
+/** Success is shown apart from status: `completed` with reward 0 ended on its own but failed. */
+function successCell(success: boolean): string {
+  return success ? '<td class="l yes">yes</td>' : '<td class="l no">no</td>';
+}
+
 function trainerCell(s: TrajectorySummary): string {
   if (s.dropped) return `<span class="dropped">step <a href="/steps/${s.step}">${s.step}</a>: ${esc(s.dropped)}</span>`;
   if (s.step !== null) return `<a href="/steps/${s.step}">${s.step}</a>`;
@@ -73,6 +94,7 @@ const COLUMNS: ReadonlyArray<[ListQuery["sort"] | null, string]> = [
   [null, "group"],
   ["sample", "sample"],
   ["status", "status"],
+  ["success", "success"],
   ["reward", "reward"],
   ["normalizedAdvantage", "advantage"],
   ["turns", "turns"],
@@ -83,7 +105,7 @@ const COLUMNS: ReadonlyArray<[ListQuery["sort"] | null, string]> = [
   ["step", "trainer step"],
 ];
 
-const FILTER_KEYS = ["task", "status", "pool", "group", "q", "step", "minReward", "maxReward"] as const;
+const FILTER_KEYS = ["task", "status", "success", "pool", "group", "q", "step", "minReward", "maxReward"] as const;
 
 /** The trajectory list: filter form, sortable headers, one page of rows, pager. */
 export function listPage(view: RunView, query: ListQuery, page: ListPage): string {
@@ -92,6 +114,7 @@ export function listPage(view: RunView, query: ListQuery, page: ListPage): strin
   const form = `<form id="filter" method="get" action="/">
 ${select("task", "task", facets.tasks, query.task)}
 ${select("status", "status", facets.statuses, query.status)}
+${select("success", "success", ["yes", "no"], query.success)}
 ${select("pool", "pool", facets.pools, query.pool)}
 ${select("step", "trainer step", ["none", "dropped", ...facets.steps], query.step)}
 <label>id contains<input name="q" value="${esc(query.q ?? "")}"></label>
@@ -110,11 +133,11 @@ ${query.group ? `<input type="hidden" name="group" value="${esc(query.group)}">`
     .map(
       (
         s,
-      ) => `<tr data-id="${esc(s.trajectoryId)}"><td class="l"><a href="/trajectories/${encodeURIComponent(s.trajectoryId)}">${esc(s.trajectoryId)}</a></td>
-<td class="l">${esc(s.task)}</td><td>${s.index}</td><td class="l"><a href="/${queryString({}, { group: s.groupId })}">${esc(s.groupId)}</a></td>
-<td>${s.sample}</td><td class="l">${esc(s.status)}</td><td>${s.reward.toFixed(3)}</td><td>${fixed(s.normalizedAdvantage)}</td>
+      ) => `<tr data-id="${esc(s.trajectoryId)}"><td class="l wrap"><a href="/trajectories/${encodeURIComponent(s.trajectoryId)}">${esc(s.trajectoryId)}</a></td>
+<td class="l">${esc(s.task)}</td><td>${s.index}</td><td class="l wrap"><a href="/${queryString({}, { group: s.groupId })}">${esc(s.groupId)}</a></td>
+<td>${s.sample}</td><td class="l">${esc(s.status)}</td>${successCell(s.success)}<td>${s.reward.toFixed(3)}</td><td>${fixed(s.normalizedAdvantage)}</td>
 <td>${s.turns}</td><td>${s.tokens}</td><td>${s.minVersion < 0 ? "–" : s.minVersion === s.maxVersion ? `v${s.minVersion}` : `v${s.minVersion}–v${s.maxVersion}`}</td>
-<td class="l">${esc(s.pools.join(", "))}</td><td>${s.staleness ?? "–"}</td><td class="l">${trainerCell(s)}</td></tr>`,
+<td class="l wrap">${esc(s.pools.join(", "))}</td><td>${s.staleness ?? "–"}</td><td class="l wrap">${trainerCell(s)}</td></tr>`,
     )
     .join("");
   const link = (p: number, text: string) => `<a href="/${queryString(query, { page: p })}">${text}</a>`;
@@ -294,6 +317,7 @@ export function trajectoryPage(view: RunView, t: Trajectory, summary: Trajectory
   const facts: Array<[string, string]> = [
     ["task", `${t.task} #${t.index}`],
     ["status", t.status],
+    ["success", summary.success ? "yes" : `no (success is reward ${SUCCESS_REWARD} on completion)`],
     ["reward", `${t.reward} (environment ${t.envReward})`],
     ["turns", String(t.turns)],
     ["tokens", `${t.tokenIds.length} (${summary.generated} generated)`],

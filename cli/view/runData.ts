@@ -3,7 +3,7 @@ import { join, resolve } from "node:path";
 import { z } from "zod";
 import { BpeTokenizer } from "../../shared/chat/tokenizer.ts";
 import { TransportConfig } from "../../shared/config/transport.ts";
-import { AgentRlError, issuesOf } from "../../shared/errors.ts";
+import { issuesOf, ValidationError } from "../../shared/errors.ts";
 import { Trajectory } from "../../shared/protocol/messages.ts";
 import { STEP_RECORD_PREFIX, StepRecord, type StepTrajectory } from "../../shared/protocol/stepRecord.ts";
 import { createTransport } from "../../shared/transport/index.ts";
@@ -17,9 +17,11 @@ import type { ObjectStore, Transport } from "../../shared/transport/types.ts";
  * is opened.
  */
 
-/** The run folder cannot be opened at all (the CLI says why and exits). */
-export class RunFolderError extends AgentRlError {
-  override readonly name = "RunFolderError";
+/** The run folder cannot be opened at all (the CLI says why and exits 2, as for any bad input). */
+export class RunFolderError extends ValidationError {
+  constructor(message: string) {
+    super("run folder", [{ path: "<run-dir>", message }]);
+  }
 }
 
 /** One row of the trajectory list. */
@@ -32,6 +34,8 @@ export interface TrajectorySummary {
   readonly sample: number;
   readonly status: string;
   readonly reward: number;
+  /** Completed with the task's full environment reward (see SUCCESS_REWARD), apart from how it ended. */
+  readonly success: boolean;
   readonly turns: number;
   readonly tokens: number;
   /** Generated (loss-mask 1) tokens. */
@@ -57,6 +61,14 @@ export interface TrainerView {
   readonly dropped?: string;
 }
 
+/**
+ * The environment reward at which an episode counts as a success: 1 for every shipped task (the
+ * binary tasks' only reward, WebShop's perfect purchase; its graded rewards below 1 are partial).
+ * `completed` only says the agent ended the episode itself, so a completed episode with reward 0
+ * is no success.
+ */
+export const SUCCESS_REWARD = 1;
+
 /** The list's filter, sort and page, as validated from the URL query (strings coerced). */
 export const ListQuery = z
   .object({
@@ -66,6 +78,8 @@ export const ListQuery = z
     group: z.string().optional(),
     /** Substring of the trajectory id. */
     q: z.string().optional(),
+    /** `yes`: successes only; `no`: the rest. */
+    success: z.enum(["yes", "no"]).optional(),
     /** A step number, `none` (not consumed) or `dropped`. */
     step: z.union([z.coerce.number().int().positive(), z.enum(["none", "dropped"])]).optional(),
     minReward: z.coerce.number().optional(),
@@ -77,6 +91,7 @@ export const ListQuery = z
         "index",
         "sample",
         "status",
+        "success",
         "reward",
         "normalizedAdvantage",
         "turns",
@@ -121,7 +136,9 @@ export interface OpenRunOptions {
 
 async function locate(runDir: string, options: OpenRunOptions): Promise<RunLocation> {
   if (!existsSync(runDir) || !statSync(runDir).isDirectory())
-    throw new RunFolderError(`${runDir} does not exist or is not a folder; give the folder \`agentrl train\` printed`);
+    throw new RunFolderError(
+      `${runDir} does not exist or is not a folder; give the run folder \`npm start\` or \`agentrl train\` printed (runs/<experiment>-<time>)`,
+    );
   const configFile = join(runDir, "config.json");
   if (!existsSync(configFile))
     throw new RunFolderError(
@@ -186,7 +203,7 @@ async function pooled<T>(items: readonly T[], limit: number, work: (item: T) => 
   await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
 }
 
-function compare(a: number | string | null, b: number | string | null): number {
+function compare(a: number | string | boolean | null, b: number | string | boolean | null): number {
   if (a === b) return 0;
   if (a === null) return 1; // missing values last
   if (b === null) return -1;
@@ -300,6 +317,7 @@ export class RunView {
       sample: t.sample,
       status: t.status,
       reward: t.reward,
+      success: t.status === "completed" && t.envReward >= SUCCESS_REWARD,
       turns: t.turns,
       tokens: t.tokenIds.length,
       generated: t.lossMask.reduce<number>((s, m) => s + m, 0),
@@ -347,6 +365,7 @@ export class RunView {
       (s) =>
         (query.task === undefined || s.task === query.task) &&
         (query.status === undefined || s.status === query.status) &&
+        (query.success === undefined || s.success === (query.success === "yes")) &&
         (query.pool === undefined || s.pools.includes(query.pool)) &&
         (query.group === undefined || s.groupId === query.group) &&
         (query.q === undefined || s.trajectoryId.includes(query.q)) &&

@@ -5,7 +5,7 @@ import { z } from "zod";
 import { issuesOf } from "../../shared/errors.ts";
 import { listen, type RunningServer } from "../../shared/http.ts";
 import { createLogger, type Logger } from "../../shared/log.ts";
-import { listPage, messagePage, stepPage, stepsPage, trajectoryPage } from "./pages.ts";
+import { listPage, messagePage, reportPage, stepPage, stepsPage, trajectoryPage } from "./pages.ts";
 import { ListQuery, type RunView } from "./runData.ts";
 
 /**
@@ -68,7 +68,7 @@ export function viewerApp(view: RunView, log: Logger = createLogger({ role: "vie
         messagePage(view, "No report", "this run has no report.html yet; `agentrl report <run-dir>` writes it"),
         404,
       );
-    return c.html(readFileSync(file, "utf8"));
+    return c.html(reportPage(view, readFileSync(file, "utf8")));
   });
   return app;
 }

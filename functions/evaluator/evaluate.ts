@@ -237,7 +237,8 @@ export function successByCategory(
   const sums: Record<string, { episodes: number; success: number }> = {};
   for (const outcome of outcomes) {
     const kind = categories[outcome.index] ?? "unknown";
-    const entry = (sums[kind] ??= { episodes: 0, success: 0 });
+    const entry = sums[kind] ?? { episodes: 0, success: 0 };
+    sums[kind] = entry;
     entry.episodes += 1;
     entry.success += episodeSuccess(outcome);
   }

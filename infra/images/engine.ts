@@ -4,7 +4,7 @@ import { existsSync } from "node:fs";
 /**
  * A container engine that can build and run the images on this machine: podman (daemonless, the
  * one Debian ships) or Docker with a reachable daemon. The flags carry this machine kind's quirks
- * (see README, "Container images"): crun fails under cgroups v1 hybrid mode, so podman uses runc
+ * (see docs/containers.md): crun fails under cgroups v1 hybrid mode, so podman uses runc
  * when it is installed, and podman's default file and process limits cannot be set here.
  */
 export interface ContainerEngine {

@@ -3,7 +3,7 @@
  * IAM. It synthesizes the app; deploys AgentRlStores and AgentRlMessaging through moto's
  * CloudFormation as an admin user; creates one IAM user per ECS task role carrying exactly the
  * policy statements of the synthesized AgentRlCompute template (imports resolved against the
- * deployed stacks' exports); seeds v0 with `agentrl policy publish` as the README's deploy steps
+ * deployed stacks' exports); seeds v0 with `agentrl policy publish` as docs/deploy.md's deploy steps
  * do; sends one poison message to every queue a role consumes (poison.ts); then runs every role
  * through `agentrl container` with the container environment its task definition sets and its
  * own user's credentials, as a process or as a container of its image (runners.ts), until the
@@ -221,7 +221,7 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
     }
     log(`created ${definitions.length} task-role users: ${definitions.map((d) => d.key).join(", ")}`);
 
-    // 3. v0, the way the README's deploy steps publish it (as the deploying admin).
+    // 3. v0, the way docs/deploy.md's deploy steps publish it (as the deploying admin).
     const checkpointBucket = outputs.get("CheckpointBucketName") ?? "";
     const published = await runToEnd(
       [

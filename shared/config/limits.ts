@@ -68,7 +68,7 @@ export const EnvLimitsConfig = z
   .strict();
 export type EnvLimitsConfig = z.infer<typeof EnvLimitsConfig>;
 
-/** `limits`: every resource cap a caller can hit, in one place (README "Security and limits"). */
+/** `limits`: every resource cap a caller can hit, in one place (docs/security.md). */
 export const LimitsConfig = z
   .object({
     http: HttpLimitsConfig.prefault({}),

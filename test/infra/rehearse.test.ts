@@ -4,7 +4,7 @@ import { type RehearsalTemplates, rehearse, synthesizeForRehearsal } from "../..
 /**
  * The deploy rehearsal (infra/rehearse/rehearse.ts, `npm run rehearse`): the stacks deployed into
  * moto with IAM enforced, one IAM user per task role with exactly the synthesized statements, v0
- * published as the README says, every role its own process through `agentrl container`.
+ * published as docs/deploy.md says, every role its own process through `agentrl container`.
  */
 // The SDK's Node 20 notice would only clutter the output (as in test/support/moto.ts).
 process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= "true";

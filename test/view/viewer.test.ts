@@ -2,7 +2,7 @@ import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Browser, ConsoleMessage, Page } from "puppeteer-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { RunFolderError, RunView } from "../../cli/view/runData.ts";
+import { RunFolderError, RunView, SUCCESS_REWARD } from "../../cli/view/runData.ts";
 import { serveViewer } from "../../cli/view/server.ts";
 import { parseConfig } from "../../shared/config/index.ts";
 import type { RunningServer } from "../../shared/http.ts";
@@ -24,6 +24,7 @@ import { makeTestRun, type TestRun } from "./run.ts";
 
 /** The page's own function, inside `$$eval` callbacks (the project compiles without the DOM lib). */
 declare const getComputedStyle: (element: unknown) => { backgroundColor: string };
+declare const document: { documentElement: { scrollWidth: number } };
 
 let run: TestRun;
 let view: RunView;
@@ -267,6 +268,59 @@ describe("viewer in Chromium", () => {
     await page.screenshot({ path: join(ARTIFACTS, "report.png"), fullPage: true });
     await page.close();
     expect(errors).toEqual([]);
+  });
+});
+
+describe("viewer navigation, width and success", () => {
+  it("puts the same navigation on every page, the report and error pages included", async () => {
+    const t = run.trained[0]!;
+    for (const path of ["/", "/steps", "/steps/1", `/trajectories/${t.trajectoryId}`, "/report", "/no-such-page"]) {
+      const page = await browser.newPage();
+      await page.goto(`${server.url}${path}`, { waitUntil: "load" });
+      const links = await page.$$eval("#nav a", (as) => as.map((a) => [a.getAttribute("href"), a.textContent]));
+      expect(links, path).toEqual([
+        ["/", "trajectories"],
+        ["/steps", "steps"],
+        ["/report", "report"],
+      ]);
+      await page.close();
+    }
+  });
+
+  it("fits the trajectory list in a 1400 px wide window", async () => {
+    const page = await browser.newPage();
+    await page.setViewport({ width: 1400, height: 900 });
+    // the widest rows come first in these orders: most tokens, multi-version, dropped reasons
+    const widths: Record<string, number> = {};
+    for (const path of ["/", "/?sort=tokens&dir=desc", "/?sort=minVersion&dir=desc", "/?sort=step&dir=desc"]) {
+      await page.goto(`${server.url}${path}`, { waitUntil: "load" });
+      widths[path] = await page.evaluate(() => document.documentElement.scrollWidth);
+    }
+    writeFileSync(join(ARTIFACTS, "list-width-1400.json"), JSON.stringify(widths));
+    await page.screenshot({ path: join(ARTIFACTS, "list-1400.png") });
+    for (const width of Object.values(widths)) expect(width).toBeLessThanOrEqual(1400);
+    await page.close();
+  });
+
+  it("shows success (completed at the task's full reward) apart from status", async () => {
+    const completed = view.summaries.filter((s) => s.status === "completed");
+    expect(completed.length).toBeGreaterThan(0);
+    for (const s of view.summaries) {
+      const t = run.trained.find((x) => x.trajectoryId === s.trajectoryId);
+      if (t) expect(s.success, s.trajectoryId).toBe(t.status === "completed" && t.envReward >= SUCCESS_REWARD);
+      if (s.status !== "completed") expect(s.success).toBe(false);
+    }
+    const page = await browser.newPage();
+    await page.goto(`${server.url}/?status=completed&success=no`, { waitUntil: "load" });
+    const header = await page.$$eval("#trajectories thead th", (ths) => ths.map((th) => th.textContent?.trim()));
+    const column = header.findIndex((h) => h?.startsWith("success")) + 1;
+    expect(column).toBeGreaterThan(0);
+    const cells = await page.$$eval(`#trajectories tbody td:nth-child(${column})`, (tds) =>
+      tds.map((td) => td.textContent),
+    );
+    const failedCompletions = completed.filter((s) => !s.success).length;
+    expect(cells).toEqual(new Array(Math.min(100, failedCompletions)).fill("no"));
+    await page.close();
   });
 });
 
