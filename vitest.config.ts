@@ -3,6 +3,8 @@ import { defineConfig } from "vitest/config";
 export default defineConfig({
   test: {
     include: ["test/**/*.test.ts", "env-images/**/*.test.ts"],
+    // Prints, last, the test files skipped for a missing system tool and how to install it.
+    globalSetup: ["test/support/skipSummary.ts"],
     // Suites spawn servers and child processes; run files in parallel on 2 cores but keep slack.
     testTimeout: 60_000,
     hookTimeout: 60_000,

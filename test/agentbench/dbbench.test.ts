@@ -14,7 +14,7 @@ import { evaluate } from "../../functions/evaluator/evaluate.ts";
 import { serveTask } from "../../shared/env/worker.ts";
 import { call, jsonRecord, postJson, waitFor } from "../env/helpers.ts";
 import { scriptedPolicyServer } from "../support/scriptedPolicy.ts";
-import { agentBenchDataDir, mysqlAvailable, requireOrSkip } from "./support.ts";
+import { agentBenchMissing, mysqlMissing, requireOrSkip } from "./support.ts";
 
 /**
  * DBBench against a real server: a private MariaDB (or AGENTRL_MYSQL_URL's server) with the
@@ -22,10 +22,8 @@ import { agentBenchDataDir, mysqlAvailable, requireOrSkip } from "./support.ts";
  * and an episode through the controller on the raw AgentRL protocol.
  */
 const ready = requireOrSkip("dbbench.test.ts", "DBBench on a real MySQL-compatible server", [
-  ...(agentBenchDataDir() ? [] : ["no AgentBench data (run `agentrl data fetch agentbench`)"]),
-  ...(mysqlAvailable()
-    ? []
-    : ["no MySQL-compatible server (apt-get install mariadb-server, or set AGENTRL_MYSQL_URL)"]),
+  ...agentBenchMissing(),
+  ...mysqlMissing(),
 ]);
 
 const LIMITS: StatementLimits = { timeoutMs: 1_500, maxRows: 2_000, maxBytes: 4 * 1024 * 1024 };

@@ -13,7 +13,7 @@ import {
 import { fetchAgentBench } from "../../shared/agentbench/fetch.ts";
 import { agentrl } from "../support/cli.ts";
 import { tempDir } from "../support/tmp.ts";
-import { agentBenchDataDir, requireOrSkip } from "./support.ts";
+import { agentBenchDataDir, agentBenchMissing, requireOrSkip } from "./support.ts";
 
 /**
  * `agentrl data fetch agentbench`: every file of the pinned manifest, each hash checked, from a
@@ -21,11 +21,7 @@ import { agentBenchDataDir, requireOrSkip } from "./support.ts";
  * failed or partial fetch leaves the target as it was.
  */
 const source = agentBenchDataDir();
-const ready = requireOrSkip(
-  "fetch.test.ts",
-  "agentrl data fetch agentbench",
-  source ? [] : ["no AgentBench data to serve (run `agentrl data fetch agentbench`)"],
-);
+const ready = requireOrSkip("fetch.test.ts", "agentrl data fetch agentbench", agentBenchMissing());
 
 /** A mirror on loopback serving `<commit>/data/<path>` from the local copy, with faults on request. */
 let mirror: Server;

@@ -1,13 +1,15 @@
 import { existsSync } from "node:fs";
 import { resolve } from "node:path";
 import { AGENTBENCH_DIR_ENV } from "../../shared/agentbench/data.ts";
+import type { Requirement } from "../support/requirements.ts";
+
+export { requireOrSkip } from "../support/requirements.ts";
 
 /**
  * What the AgentBench tests need from the machine: the published data (`../shared/agentbench`
  * beside the checkout, AGENTRL_AGENTBENCH_DIR, or `.agentrl/agentbench` after
  * `agentrl data fetch agentbench`) and, for DBBench, a MySQL-compatible server (AGENTRL_MYSQL_URL
- * or Debian's mariadb-server). Without them a file skips by name and says how to get them;
- * under CI=true a missing part fails the run instead, so CI proves every test.
+ * or Debian's mariadb-server).
  */
 export function agentBenchDataDir(): string | undefined {
   const candidates = [
@@ -25,11 +27,19 @@ export function mysqlAvailable(): boolean {
   return ["/usr/sbin/mariadbd", "/usr/bin/mariadbd", "/usr/sbin/mysqld"].some((p) => existsSync(p));
 }
 
-/** Skips a file by name with the command that installs what is missing; fails instead under CI=true. */
-export function requireOrSkip(file: string, what: string, missing: readonly string[]): boolean {
-  if (missing.length === 0) return true;
-  const line = `${file}: SKIPPED '${what}' - ${missing.join("; ")}`;
-  if (process.env.CI === "true") throw new Error(`${line} (CI must run it)`);
-  process.stderr.write(`${line}\n`);
-  return false;
+export function agentBenchMissing(): Requirement[] {
+  return agentBenchDataDir()
+    ? []
+    : [{ missing: "no AgentBench data", install: "npx agentrl data fetch agentbench, or set AGENTRL_AGENTBENCH_DIR" }];
+}
+
+export function mysqlMissing(): Requirement[] {
+  return mysqlAvailable()
+    ? []
+    : [
+        {
+          missing: "no MySQL-compatible server",
+          install: "apt-get install -y mariadb-server, or set AGENTRL_MYSQL_URL",
+        },
+      ];
 }

@@ -15,9 +15,11 @@ import { initBackend } from "../../shared/model/index.ts";
 import { decodeSafetensors } from "../../shared/model/safetensors.ts";
 import { runProcess } from "../support/cli.ts";
 import { TINY_HF, type TinyHfOptions, writeTinyHfFolder } from "../support/hf-tiny.ts";
+import { numpyMissing, requireOrSkip } from "../support/requirements.ts";
 import { tempDir } from "../support/tmp.ts";
 import { MemoryStore } from "./support.ts";
 
+const hasNumpy = requireOrSkip("hf.test.ts", "numerics against the numpy reference forward", numpyMissing());
 const REFERENCE = fileURLToPath(new URL("../fixtures/hf_reference.py", import.meta.url));
 
 beforeAll(async () => {
@@ -43,7 +45,7 @@ const SEQUENCES = [
   Array.from({ length: 9 }, (_, i) => (i * 101 + 17) % TINY_HF.vocab),
 ];
 
-describe("Hugging Face import: numerics against an independent numpy forward", () => {
+describe.skipIf(!hasNumpy)("Hugging Face import: numerics against an independent numpy forward", () => {
   it.each([
     ["Qwen2, untied head", { architecture: "Qwen2ForCausalLM", tied: false }],
     ["Qwen2, tied embeddings", { architecture: "Qwen2ForCausalLM", tied: true }],

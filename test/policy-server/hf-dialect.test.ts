@@ -13,8 +13,10 @@ import { MemoryObjectStore } from "../../shared/transport/memory.ts";
 import { servePolicy } from "../../trainer-image/policy-server/serve.ts";
 import { AGENTRL_BIN, agentrl, runProcess } from "../support/cli.ts";
 import { writeTinyHfFolder } from "../support/hf-tiny.ts";
+import { numpyMissing, requireOrSkip } from "../support/requirements.ts";
 import { tempDir } from "../support/tmp.ts";
 
+const hasNumpy = requireOrSkip("hf-dialect.test.ts", "numerics against the numpy reference forward", numpyMissing());
 const REFERENCE = fileURLToPath(new URL("../fixtures/hf_reference.py", import.meta.url));
 const messages = [{ role: "user" as const, content: "What is 2 + 3?" }];
 
@@ -51,7 +53,7 @@ async function reference(dir: string, ids: number[], temperature: number): Promi
   return (JSON.parse(run.stdout) as number[][])[0]!;
 }
 
-describe("serving an imported Hugging Face model in the vLLM dialect", () => {
+describe.skipIf(!hasNumpy)("serving an imported Hugging Face model in the vLLM dialect", () => {
   it("import-hf then serve --pin: return_token_ids + logprobs match the numpy reference within 1e-3", async () => {
     const work = tempDir("agentrl-hf-serve-");
     const hf = join(work, "tiny-qwen2");

@@ -1,10 +1,10 @@
-import { execFileSync, spawnSync } from "node:child_process";
+import { execFileSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { crc32c, maskedCrc32c } from "../../shared/tracking/crc32c.ts";
 import { TensorBoardWriter } from "../../shared/tracking/tensorboard.ts";
-import { requireOrSkip } from "../agentbench/support.ts";
+import { commandMissing, requireOrSkip } from "../support/requirements.ts";
 import { tempDir } from "../support/tmp.ts";
 
 /**
@@ -12,11 +12,10 @@ import { tempDir } from "../support/tmp.ts";
  * parses each record's protobuf, and the frames' CRCs are checked against CRC-32C's published
  * check values.
  */
-const protoc = spawnSync("protoc", ["--version"]).status === 0;
 const ready = requireOrSkip(
   "tensorboard.test.ts",
   "TensorBoard files decoded by protoc",
-  protoc ? [] : ["no protoc (apt-get install protobuf-compiler)"],
+  commandMissing("protoc", "apt-get install -y protobuf-compiler"),
 );
 
 const ascii = (text: string) => new TextEncoder().encode(text);

@@ -11,6 +11,7 @@ import { StepRecord, stepRecordKey } from "../../shared/protocol/stepRecord.ts";
 import { createTransport } from "../../shared/transport/index.ts";
 import { LocalObjectStore } from "../../shared/transport/local.ts";
 import { startMoto } from "../support/moto.ts";
+import { chromiumMissing, requireOrSkip } from "../support/requirements.ts";
 import { tempDir } from "../support/tmp.ts";
 import { ARTIFACTS, launchChromium } from "./browser.ts";
 import { makeTestRun, type TestRun } from "./run.ts";
@@ -26,6 +27,8 @@ import { makeTestRun, type TestRun } from "./run.ts";
 declare const getComputedStyle: (element: unknown) => { backgroundColor: string };
 declare const document: { documentElement: { scrollWidth: number } };
 
+const hasChromium = requireOrSkip("viewer.test.ts", "the viewer in Chromium", chromiumMissing());
+
 let run: TestRun;
 let view: RunView;
 let server: RunningServer;
@@ -35,7 +38,10 @@ let trajectories: LocalObjectStore;
 beforeAll(async () => {
   run = await makeTestRun(tempDir("view-"), { steps: 2, extra: 1500 });
   trajectories = new LocalObjectStore(join(run.runDir, "transport", "objects", "trajectories"));
-  [view, browser] = await Promise.all([RunView.open(run.runDir), launchChromium()]);
+  [view, browser] = await Promise.all([
+    RunView.open(run.runDir),
+    hasChromium ? launchChromium() : Promise.resolve(undefined as unknown as Browser),
+  ]);
   server = await serveViewer(view);
 }, 120_000);
 
@@ -134,7 +140,7 @@ describe("viewer over HTTP", () => {
   });
 });
 
-describe("viewer in Chromium", () => {
+describe.skipIf(!hasChromium)("viewer in Chromium", () => {
   const errors: string[] = [];
   const open = async (path: string): Promise<Page> => {
     const page = await browser.newPage();
@@ -271,7 +277,7 @@ describe("viewer in Chromium", () => {
   });
 });
 
-describe("viewer navigation, width and success", () => {
+describe.skipIf(!hasChromium)("viewer navigation, width and success", () => {
   it("puts the same navigation on every page, the report and error pages included", async () => {
     const t = run.trained[0]!;
     for (const path of ["/", "/steps", "/steps/1", `/trajectories/${t.trajectoryId}`, "/report", "/no-such-page"]) {
