@@ -38,7 +38,10 @@ async function download(url: string, timeoutMs: number): Promise<Uint8Array> {
   try {
     response = await fetch(url, { signal: AbortSignal.timeout(timeoutMs), redirect: "follow" });
   } catch (error) {
-    throw new AgentRlError(`cannot download ${url}: ${error instanceof Error ? error.message : String(error)}`);
+    throw new AgentRlError(
+      `cannot download ${url}: ${error instanceof Error ? error.message : String(error)} ` +
+        "(without a network, copy the files with --from <a clone of AgentBench or its data folder>)",
+    );
   }
   if (!response.ok) throw new AgentRlError(`cannot download ${url}: HTTP ${response.status}`);
   const declared = Number(response.headers.get("content-length") ?? "0");
