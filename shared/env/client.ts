@@ -323,11 +323,17 @@ async function errorFromResponse(path: string, response: Response): Promise<EnvA
   }
   const message = `${path}: HTTP ${response.status}: ${detail}`;
   const status = response.status;
-  if (status === 406) return new EnvCapacityError(message, status);
+  // No worker of the task has registered yet (a pipeline starting, a pool replacing its last
+  // worker): like a full worker, wait for one rather than failing the request as malformed.
+  if (status === 406 || (status === 404 && path === "start_sample" && NO_WORKER_YET.test(detail)))
+    return new EnvCapacityError(message, status);
   if (status === 502 || (status === 404 && path !== "start_sample")) return new EnvSessionLostError(message, status);
   if (status >= 500) return new EnvUnavailableError(message, status);
   return new EnvBadRequestError(message, status);
 }
+
+/** The controller's 404 for a task no worker has registered (functions/controller/registry.ts). */
+const NO_WORKER_YET = /no worker has registered task/;
 
 async function parseBody<S extends z.ZodType>(response: Response, schema: S, what: string): Promise<z.output<S>> {
   let value: unknown;

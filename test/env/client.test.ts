@@ -65,6 +65,14 @@ describe("ControllerClient", () => {
     expect(fake.calls).toEqual(["start_sample"]);
   });
 
+  it("waits for a task whose workers have not registered yet, as for a full worker", async () => {
+    const fake = scripted([status(404, 'name: no worker has registered task "db" (registered: os)')]);
+    const client = new ControllerClient({ baseUrl: "http://controller:5020", backoffMs: 1, fetch: fake.fetch });
+    const error = await client.startSample("db", 3).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(EnvCapacityError);
+    expect(error).toMatchObject({ retryable: true, status: 404 });
+  });
+
   it("maps 406 to a retryable capacity error and 502 to a lost session", async () => {
     const fake = scripted([
       status(406, "no worker has a free slot"),
