@@ -20,6 +20,7 @@ const COMMANDS: ReadonlyArray<() => Promise<{ register(program: Command): void }
   () => import("./commands/feeder.ts"),
   () => import("./commands/rollout.ts"),
   () => import("./commands/trainer.ts"),
+  () => import("./commands/gateway.ts"),
 ];
 
 async function main(argv: string[]): Promise<void> {
