@@ -1,4 +1,5 @@
 import { describe, expect, it } from "vitest";
+import { gatewayCallsHtml } from "../../cli/view/pages.ts";
 import { mergeCalls, segmentReward } from "../../functions/gateway/export.ts";
 import type { CallRecord } from "../../functions/gateway/session.ts";
 import type { Trajectory } from "../../shared/protocol/messages.ts";
@@ -109,5 +110,38 @@ describe("gatewayMetrics", () => {
       "gateway/sessions_total": 7,
       "gateway/abandoned_total": 1,
     });
+  });
+});
+
+describe("viewer: a gateway trajectory shows its calls", () => {
+  it("one row per call with offsets, pool, version, tool calls and drift; nothing for rollout trajectories", () => {
+    const base = { gatewayCalls: undefined } as unknown as Trajectory;
+    expect(gatewayCallsHtml(base)).toBe("");
+    const html = gatewayCallsHtml({
+      gatewayCalls: [
+        {
+          completionId: "chatcmpl-a-0",
+          promptEnd: 40,
+          end: 52,
+          pool: "current",
+          policyVersion: 3,
+          toolCalls: ["add"],
+          drift: false,
+        },
+        {
+          completionId: "chatcmpl-a-1",
+          promptEnd: 60,
+          end: 65,
+          pool: "stale",
+          policyVersion: -1,
+          toolCalls: [],
+          drift: true,
+        },
+      ],
+    } as unknown as Trajectory);
+    expect(html).toContain('id="gateway-calls"');
+    expect(html).toContain('<td>40</td><td>12</td><td class="l">current</td><td>v3</td><td class="l">add</td>');
+    expect(html).toContain("drift: new segment");
+    expect(html.match(/<tr>/g)).toHaveLength(3);
   });
 });
