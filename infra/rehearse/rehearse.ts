@@ -34,7 +34,7 @@ import { buildAgentRlApp } from "../agentRlApp.ts";
 import { failurePathReason, type Grant, grantsOf, parseAuthorizationLog, unneededGrants } from "./grantUse.ts";
 import { type AccessKey, REGION, startEnforcingMoto } from "./moto.ts";
 import { deadLetterProblem, poisonMessages } from "./poison.ts";
-import { processRunner, type RoleRunner, type RoleStop } from "./runners.ts";
+import { processRunner, REHEARSAL_GATEWAY_ADMIN_KEY, type RoleRunner, type RoleStop } from "./runners.ts";
 import {
   type CfnTemplate,
   type PolicyStatement,
@@ -58,6 +58,15 @@ export const REHEARSAL_CONFIG: ExperimentConfig = parseConfig({
   trainer: { batchSize: 1, maxSteps: 2, warmupFactor: 1, maxStaleness: 2 },
   policy: { pollSeconds: 1 },
   evaluation: { instances: 0 },
+});
+
+/**
+ * The same deployment with the gateway (`gateway.port`): the rehearsal then also runs one agent
+ * session through it (a chat completion, a reward, the end), so every grant of its row is used.
+ */
+export const REHEARSAL_GATEWAY_CONFIG: ExperimentConfig = parseConfig({
+  ...REHEARSAL_CONFIG,
+  gateway: { port: 8080, baselineGroupSize: 1 },
 });
 
 /** The synthesized templates of the three stacks the rehearsal uses. */
@@ -268,6 +277,7 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
       options.timeoutMs ?? 300_000,
     );
     const readySeconds: Record<string, number> = {};
+    const listeningUrls = new Map<string, string>();
     await runner.prepare();
     const start = async (definition: TaskRoleDefinition): Promise<void> => {
       const startedAt = Date.now();
@@ -294,6 +304,8 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
         child.stdout?.setEncoding("utf8").on("data", (chunk: string) => {
           if (definition.key in readySeconds) return;
           pending = (pending + chunk).slice(-4000);
+          const listening = /"event":"listening"[^\n]*?"url":"([^"]+)"/.exec(pending);
+          if (listening?.[1]) listeningUrls.set(definition.key, listening[1]);
           if (/"event":"(listening|started)"/.test(pending)) {
             readySeconds[definition.key] = (Date.now() - startedAt) / 1000;
             resolveReady();
@@ -312,7 +324,16 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
     // serves the policy, then the roles that use them.
     for (const definition of byRole("controller")) await start(definition);
     await Promise.all([...byRole("env"), ...byRole("policy")].map(start));
-    await Promise.all([...byRole("trainer"), ...byRole("feeder"), ...byRole("rollout")].map(start));
+    await Promise.all(
+      [...byRole("trainer"), ...byRole("feeder"), ...byRole("rollout"), ...byRole("gateway")].map(start),
+    );
+    // An agent's session through the gateway (process runner: its URL is on this machine).
+    const gatewayUrl = listeningUrls.get("gateway");
+    if (gatewayUrl)
+      void gatewaySession(gatewayUrl).then(
+        (line) => log(line),
+        (error: unknown) => finish(`the gateway session failed: ${(error as Error).message}`),
+      );
     log(
       `started ${running.size} roles as ${runner.kind === "process" ? "processes" : "containers"} (ready after ${Object.entries(
         readySeconds,
@@ -403,6 +424,29 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
     await moto.stop();
     for (const client of [cfn, iam, s3, sqs]) client.destroy();
   }
+}
+
+/** One agent session through the gateway: open (admin key), one chat completion, a reward, the end. */
+async function gatewaySession(url: string): Promise<string> {
+  const call = async (path: string, key: string, body: unknown) => {
+    const response = await fetch(`${url}${path}`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+      body: JSON.stringify(body),
+    });
+    const text = await response.text();
+    if (!response.ok) throw new Error(`${path}: HTTP ${response.status}: ${text.slice(0, 300)}`);
+    return JSON.parse(text) as Record<string, unknown>;
+  };
+  const session = (await call("/v1/sessions", REHEARSAL_GATEWAY_ADMIN_KEY, { task: "db" })) as {
+    sessionId: string;
+    apiKey: string;
+  };
+  const base = `/sessions/${session.sessionId}/v1`;
+  await call(`${base}/chat/completions`, session.apiKey, { messages: [{ role: "user", content: "List the tables." }] });
+  await call(`/v1/sessions/${session.sessionId}/reward`, session.apiKey, { reward: 1 });
+  const state = await call(`/v1/sessions/${session.sessionId}/end`, session.apiKey, {});
+  return `gateway session ${session.sessionId}: ${String(state.state)}, trajectories ${JSON.stringify(state.trajectoryIds)}`;
 }
 
 /** Waits until the queue holds no message, visible or in flight (or `limitMs` passed). */
