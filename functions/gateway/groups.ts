@@ -13,6 +13,9 @@ import type { Session } from "./session.ts";
  * bucket that does not fill within the group timeout is released as it is.
  */
 
+/** Released group ids kept to refuse a late session of the same group (a bounded memory). */
+const MAX_REMEMBERED_RELEASES = 100_000;
+
 /** A group ready for export. */
 export interface GroupRelease {
   readonly groupId: string;
@@ -117,6 +120,9 @@ export class GroupBook {
     if (!group.bucket) {
       this.groups.delete(group.groupId);
       this.released.add(group.groupId);
+      // remembered for refusing late joiners, not forever: the oldest ids go first
+      if (this.released.size > MAX_REMEMBERED_RELEASES)
+        this.released.delete(this.released.values().next().value as string);
     }
     return { groupId: group.groupId, members: [...group.members], missing };
   }
