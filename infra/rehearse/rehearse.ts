@@ -66,6 +66,9 @@ export const REHEARSAL_CONFIG: ExperimentConfig = parseConfig({
  */
 export const REHEARSAL_GATEWAY_CONFIG: ExperimentConfig = parseConfig({
   ...REHEARSAL_CONFIG,
+  // one step more: the gateway's group fills a batch early, and the trainer must still live long
+  // enough to receive its poison message maxReceiveCount times
+  trainer: { ...REHEARSAL_CONFIG.trainer, maxSteps: 3 },
   gateway: { port: 8080, baselineGroupSize: 1 },
 });
 
