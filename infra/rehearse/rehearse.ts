@@ -429,7 +429,10 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
   }
 }
 
-/** One agent session through the gateway: open (admin key), one chat completion, a reward, the end. */
+/**
+ * One agent session through the gateway: open (admin key; a 429 from the staleness bound is
+ * waited out for its Retry-After, as an operator does), one chat completion, a reward, the end.
+ */
 async function gatewaySession(url: string): Promise<string> {
   const call = async (path: string, key: string, body: unknown) => {
     const response = await fetch(`${url}${path}`, {
@@ -438,18 +441,28 @@ async function gatewaySession(url: string): Promise<string> {
       body: JSON.stringify(body),
     });
     const text = await response.text();
-    if (!response.ok) throw new Error(`${path}: HTTP ${response.status}: ${text.slice(0, 300)}`);
-    return JSON.parse(text) as Record<string, unknown>;
+    return { status: response.status, retryAfter: Number(response.headers.get("retry-after") ?? 1), text };
   };
-  const session = (await call("/v1/sessions", REHEARSAL_GATEWAY_ADMIN_KEY, { task: "db" })) as {
-    sessionId: string;
-    apiKey: string;
+  const ok = async (path: string, key: string, body: unknown) => {
+    const answer = await call(path, key, body);
+    if (answer.status >= 400) throw new Error(`${path}: HTTP ${answer.status}: ${answer.text.slice(0, 300)}`);
+    return JSON.parse(answer.text) as Record<string, unknown>;
   };
+  let refused = 0;
+  let opened: { status: number; retryAfter: number; text: string };
+  for (;;) {
+    opened = await call("/v1/sessions", REHEARSAL_GATEWAY_ADMIN_KEY, { task: "db" });
+    if (opened.status !== 429 || refused >= 120) break;
+    refused += 1;
+    await new Promise((r) => setTimeout(r, opened.retryAfter * 1000));
+  }
+  if (opened.status !== 201) throw new Error(`/v1/sessions: HTTP ${opened.status}: ${opened.text.slice(0, 300)}`);
+  const session = JSON.parse(opened.text) as { sessionId: string; apiKey: string };
   const base = `/sessions/${session.sessionId}/v1`;
-  await call(`${base}/chat/completions`, session.apiKey, { messages: [{ role: "user", content: "List the tables." }] });
-  await call(`/v1/sessions/${session.sessionId}/reward`, session.apiKey, { reward: 1 });
-  const state = await call(`/v1/sessions/${session.sessionId}/end`, session.apiKey, {});
-  return `gateway session ${session.sessionId}: ${String(state.state)}, trajectories ${JSON.stringify(state.trajectoryIds)}`;
+  await ok(`${base}/chat/completions`, session.apiKey, { messages: [{ role: "user", content: "List the tables." }] });
+  await ok(`/v1/sessions/${session.sessionId}/reward`, session.apiKey, { reward: 1 });
+  const state = await ok(`/v1/sessions/${session.sessionId}/end`, session.apiKey, {});
+  return `gateway session ${session.sessionId} (after ${refused} 429s): ${String(state.state)}, trajectories ${JSON.stringify(state.trajectoryIds)}`;
 }
 
 /** Waits until the queue holds no message, visible or in flight (or `limitMs` passed). */

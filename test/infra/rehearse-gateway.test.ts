@@ -20,7 +20,9 @@ describe("deploy rehearsal with the gateway", () => {
     expect(result.failure, report()).toBe("");
     expect(result.denials).toEqual([]);
     expect(result.versions).toEqual([0, 1, 2, 3]);
-    expect(lines.join("\n")).toMatch(/gateway session gs-\S+: released, trajectories \["gs-\S+-seg0"\]/);
+    expect(lines.join("\n")).toMatch(
+      /gateway session gs-\S+ \(after \d+ 429s\): released, trajectories \["gs-\S+-seg0"\]/,
+    );
     expect(result.readySeconds.gateway).toBeGreaterThan(0);
     // no gateway grant went unused (the trainer's ListBucket is the one known exception, see rehearse.test.ts)
     expect(result.unneededGrants.filter((g) => g.role === "gateway")).toEqual([]);
