@@ -19,6 +19,8 @@ export interface GroupOptions {
   readonly groupId: string;
   readonly groupSize: number;
   readonly returnTokenIds?: boolean;
+  /** Most model calls per agent. @default the agent's own (8) */
+  readonly maxTurns?: number;
   /** The reward posted for a run. @default the environment's reward */
   readonly rewardOf?: (run: EnvAgentRun) => number;
 }
@@ -44,6 +46,7 @@ export async function runGroup(options: GroupOptions) {
         task: options.task,
         index: options.index,
         ...(options.returnTokenIds ? { returnTokenIds: true } : {}),
+        ...(options.maxTurns === undefined ? {} : { maxTurns: options.maxTurns }),
       });
       await rewardSession(options.gatewayUrl, session, options.rewardOf ? options.rewardOf(run) : run.reward);
       const state = await endSession(options.gatewayUrl, session);

@@ -131,6 +131,8 @@ describe("examples/byo-agent trains through the gateway", () => {
         groupId: `byo-g${g}`,
         groupSize: 2,
         returnTokenIds: true,
+        // a 464-token first prompt + 4 turns of at most 12 generated tokens and an observation stay within rollout.maxTotalTokens
+        maxTurns: 4,
         // the environment's reward, shaped by length so groups differ (an untrained model rarely solves it)
         rewardOf: (run) => run.reward + 0.05 * run.completions.length,
       });
