@@ -1,4 +1,4 @@
-import type { Command } from "commander";
+import { type Command, InvalidArgumentError } from "commander";
 import { configFromOptions, withConfigOptions } from "../options.ts";
 
 /** `agentrl gateway`: the OpenAI-compatible gateway that records any agent's calls as trajectories. */
@@ -12,9 +12,7 @@ export function register(program: Command): void {
   )
     .requiredOption("--current-url <url>", "policy server following the newest version (OpenAI base URL)")
     .option("--stale-url <url>", "policy server following every K-th version (cross-policy pool)")
-    .option("--port <port>", "port to listen on (default: gateway.port, else a free one)", (v) =>
-      Number.parseInt(v, 10),
-    )
+    .option("--port <port>", "port to listen on (default: gateway.port, else a free one)", portOption)
     .action(
       async (options: { config?: string; set?: string[]; currentUrl: string; staleUrl?: string; port?: number }) => {
         const config = await configFromOptions(options);
@@ -45,4 +43,10 @@ export function register(program: Command): void {
         }
       },
     );
+}
+
+function portOption(value: string): number {
+  const port = Number(value);
+  if (/^\d+$/.test(value) && port <= 65_535) return port;
+  throw new InvalidArgumentError(`--port must be a port number 0..65535 (0 picks a free one), got "${value}"`);
 }
