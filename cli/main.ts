@@ -23,6 +23,7 @@ const COMMANDS: ReadonlyArray<() => Promise<{ register(program: Command): void }
   () => import("./commands/feeder.ts"),
   () => import("./commands/rollout.ts"),
   () => import("./commands/trainer.ts"),
+  () => import("./commands/gateway.ts"),
 ];
 
 /**

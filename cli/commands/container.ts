@@ -92,6 +92,18 @@ export function roleArgv(env: ContainerEnv, files: { configFile: string; sweepFi
         "--stale-url",
         env.AGENTRL_POLICY_STALE_URL,
       ];
+    case "gateway":
+      return [
+        "gateway",
+        ...config,
+        "--current-url",
+        env.AGENTRL_POLICY_CURRENT_URL,
+        ...(env.AGENTRL_POLICY_STALE_URL ? ["--stale-url", env.AGENTRL_POLICY_STALE_URL] : []),
+        "--set",
+        `gateway.host=${env.AGENTRL_HOST}`,
+        "--port",
+        String(env.AGENTRL_PORT),
+      ];
     case "sweep":
       return ["sweep", files.sweepFile];
   }

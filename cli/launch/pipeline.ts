@@ -131,8 +131,21 @@ export async function runPipeline(options: PipelineOptions): Promise<PipelineRes
       primary: true,
       maxRestarts: restarts,
     });
-    supervisor.start({ name: "feeder", args: ["feeder", "--config", configFile], maxRestarts: restarts });
-    for (let i = 0; i < config.rollout.workers; i++) {
+    const gatewayUrl = await startGatewayRole(supervisor, {
+      config,
+      configFile,
+      runDir,
+      currentUrl,
+      staleUrl,
+      restarts,
+      adminKey: secrets.gatewayAdminKey,
+      log,
+    });
+    // gateway.exclusive: only agents' gateway sessions train the policy
+    const rolloutWorkers = config.gateway.exclusive && gatewayUrl ? 0 : config.rollout.workers;
+    if (rolloutWorkers > 0)
+      supervisor.start({ name: "feeder", args: ["feeder", "--config", configFile], maxRestarts: restarts });
+    for (let i = 0; i < rolloutWorkers; i++) {
       const urls = ["--controller-url", controllerUrl, "--current-url", currentUrl];
       if (staleUrl) urls.push("--stale-url", staleUrl);
       supervisor.start({
@@ -141,7 +154,7 @@ export async function runPipeline(options: PipelineOptions): Promise<PipelineRes
         maxRestarts: restarts,
       });
     }
-    log.info({ runDir, controllerUrl, currentUrl, staleUrl }, "pipeline running");
+    log.info({ runDir, controllerUrl, currentUrl, staleUrl, gatewayUrl }, "pipeline running");
     options.progress?.start(config);
     const watcher = watchMetrics(metricsFile, (records) => options.progress?.update(records));
     try {
@@ -153,8 +166,10 @@ export async function runPipeline(options: PipelineOptions): Promise<PipelineRes
     }
     interrupted = options.signal?.aborted ?? false;
     if (!interrupted) {
-      for (const role of ["feeder", ...Array.from({ length: config.rollout.workers }, (_, i) => `rollout-${i}`)])
-        await supervisor.stop(role);
+      const producers = Array.from({ length: rolloutWorkers }, (_, i) => `rollout-${i}`);
+      if (rolloutWorkers > 0) producers.unshift("feeder");
+      if (gatewayUrl) producers.push("gateway");
+      for (const role of producers) await supervisor.stop(role);
       await options.afterTraining?.({ controllerUrl, controllerToken: secrets.controllerSecret });
       await supervisor.stop("policy-current");
       if (staleUrl) await supervisor.stop("policy-stale");
@@ -219,6 +234,42 @@ export async function runPipeline(options: PipelineOptions): Promise<PipelineRes
   ]);
   if (evals.length > 0) writeFileSync(join(runDir, "eval.md"), `${evalComparisonMarkdown(evals)}\n`);
   return { runDir, reportFile, steps: records.length, newestVersion: newest, evals, interrupted };
+}
+
+/**
+ * `gateway.port` set: starts `agentrl gateway` in front of the run's policy pool and returns its
+ * URL. The admin key comes from AGENTRL_GATEWAY_ADMIN_KEY; when that is unset the run's generated
+ * key is written to <runDir>/gateway-admin.key (mode 0600), never to a log.
+ */
+async function startGatewayRole(
+  supervisor: Supervisor,
+  run: {
+    readonly config: ExperimentConfig;
+    readonly configFile: string;
+    readonly runDir: string;
+    readonly currentUrl: string;
+    readonly staleUrl: string | undefined;
+    readonly restarts: number;
+    /** The key every role of the run was given (AGENTRL_GATEWAY_ADMIN_KEY, or generated). */
+    readonly adminKey: string;
+    readonly log: Logger;
+  },
+): Promise<string | undefined> {
+  const { config, configFile, runDir, currentUrl, staleUrl, restarts, log } = run;
+  if (config.gateway.port === undefined) return undefined;
+  if (!process.env.AGENTRL_GATEWAY_ADMIN_KEY) {
+    writeFileSync(join(runDir, "gateway-admin.key"), `${run.adminKey}\n`, { mode: 0o600 });
+    log.info(
+      { file: join(runDir, "gateway-admin.key") },
+      "gateway admin key written (AGENTRL_GATEWAY_ADMIN_KEY was unset)",
+    );
+  }
+  const args = ["gateway", "--config", configFile, "--current-url", currentUrl];
+  if (staleUrl) args.push("--stale-url", staleUrl);
+  supervisor.start({ name: "gateway", args, maxRestarts: restarts });
+  const url = await supervisor.guard(supervisor.urlOf("gateway", 120_000));
+  log.info({ url }, "gateway listening: POST /v1/sessions with the admin key");
+  return url;
 }
 
 /** The local transport of a run lives in its folder unless the config names another place. */

@@ -283,6 +283,20 @@ const TOKEN_SCRIPT = `
 })();
 `;
 
+/** A gateway trajectory's calls (functions/gateway/): one row per chat completion, empty for rollout trajectories. */
+export function gatewayCallsHtml(t: Trajectory): string {
+  const calls = t.gatewayCalls ?? [];
+  if (calls.length === 0) return "";
+  const rows = calls
+    .map(
+      (c, i) =>
+        `<tr><td>${i}</td><td class="l">${esc(c.completionId)}</td><td>${c.promptEnd}</td><td>${c.end - c.promptEnd}</td><td class="l">${esc(c.pool)}</td><td>${c.policyVersion < 0 ? "–" : `v${c.policyVersion}`}</td><td class="l">${esc(c.toolCalls.join(", ") || "–")}</td><td class="l">${c.drift ? '<span class="dropped">drift: new segment</span>' : ""}</td></tr>`,
+    )
+    .join("");
+  return `<h2>Gateway calls</h2><p>Recorded by the gateway from the agent's own calls; each call's prompt extends the one before it token for token.</p>
+<table id="gateway-calls"><tr><th>#</th><th class="l">completion</th><th>prompt ends at</th><th>generated</th><th class="l">pool</th><th>version</th><th class="l">tool calls</th><th class="l"></th></tr>${rows}</table>`;
+}
+
 export function trajectoryPage(view: RunView, t: Trajectory, summary: TrajectorySummary): string {
   const trainer = view.trainerView(t.trajectoryId);
   const record = trainer ? view.steps.get(trainer.step) : undefined;
@@ -329,7 +343,7 @@ export function trajectoryPage(view: RunView, t: Trajectory, summary: Trajectory
   const body = `<h1>${esc(t.trajectoryId)}</h1>
 <table id="facts">${facts.map(([k, v]) => `<tr><th class="l">${k}</th><td class="l">${esc(v)}</td></tr>`).join("")}</table>
 <p id="trainer">${trainerLine}</p>
-<h2>Group ${esc(t.groupId)}</h2><ul id="group">${group}</ul>
+<h2>Group ${esc(t.groupId)}</h2><ul id="group">${group}</ul>${gatewayCallsHtml(t)}
 <p><label>colour tokens by <select id="measure">${options}</select></label>
 <span class="legend">hover a token for every value · advantage: red &lt; 0 &lt; green · log-probs: white = probability 1, purple = 0 · ratio: blue &lt; 1 &lt; red, full colour at the clip bound · loss mask: green = trained by the rollout's mask</span></p>
 <h2>Turns</h2>${turns}${unaligned}

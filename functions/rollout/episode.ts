@@ -5,6 +5,7 @@ import { type PolicyClient, type PolicyEndpoint, PolicyUnavailableError } from "
 import type { SampleStatus } from "../../shared/protocol/envApi.ts";
 import type { RolloutRequest, Trajectory } from "../../shared/protocol/messages.ts";
 import type { ChatMessage, GenerationTrace } from "../../shared/protocol/openai.ts";
+import { trajectoryKey } from "../../shared/protocol/trajectoryKeys.ts";
 import { hashString, seededRandomFrom } from "../../shared/rl/random.ts";
 import type { PolicyPool } from "./pool.ts";
 
@@ -28,10 +29,7 @@ export function trajectoryIdOf(request: Pick<RolloutRequest, "groupId" | "sample
   return `${request.groupId}-s${request.sample}`;
 }
 
-/** Object key of a trajectory in the trajectory store. */
-export function trajectoryKey(experimentId: string, groupId: string, trajectoryId: string): string {
-  return `trajectories/${experimentId}/${groupId}/${trajectoryId}.json`;
-}
+export { trajectoryKey };
 
 /** Accumulates the token-aligned arrays of a trajectory. */
 class TokenLog {

@@ -5,6 +5,7 @@ import { createLogger, type Logger } from "../../shared/log.ts";
 import { PolicyClient, PolicyUnavailableError } from "../../shared/policy/client.ts";
 import { parseExperimentMessage } from "../../shared/protocol/envelope.ts";
 import { MemberDropped, RolloutRequest, Trajectory, TrajectoryReady } from "../../shared/protocol/messages.ts";
+import { readyOf } from "../../shared/protocol/trajectoryKeys.ts";
 import { sleep } from "../../shared/sleep.ts";
 import type { ReceivedMessage, Transport } from "../../shared/transport/types.ts";
 import { type EnvApi, type EpisodeCodec, runEpisode, trajectoryIdOf, trajectoryKey } from "./episode.ts";
@@ -62,24 +63,7 @@ function describeError(error: unknown): string {
   return error instanceof Error ? `${error.name}: ${error.message}` : String(error);
 }
 
-/** TrajectoryReady of a stored trajectory. */
-export function readyOf(trajectory: Trajectory, key: string): TrajectoryReady {
-  const versions = trajectory.policyVersion.filter((v, i) => trajectory.lossMask[i] === 1 && v >= 0);
-  return {
-    schemaVersion: 1,
-    trajectoryId: trajectory.trajectoryId,
-    experimentId: trajectory.experimentId,
-    groupId: trajectory.groupId,
-    groupSize: trajectory.groupSize,
-    task: trajectory.task,
-    key,
-    tokens: trajectory.tokenIds.length,
-    reward: trajectory.reward,
-    status: trajectory.status,
-    minVersion: versions.length ? Math.min(...versions) : -1,
-    maxVersion: versions.length ? Math.max(...versions) : -1,
-  };
-}
+export { readyOf };
 
 /**
  * A rollout worker: consumes RolloutRequests, runs the agent loop with up to

@@ -34,7 +34,7 @@ import { buildAgentRlApp } from "../agentRlApp.ts";
 import { failurePathReason, type Grant, grantsOf, parseAuthorizationLog, unneededGrants } from "./grantUse.ts";
 import { type AccessKey, REGION, startEnforcingMoto } from "./moto.ts";
 import { deadLetterProblem, poisonMessages } from "./poison.ts";
-import { processRunner, type RoleRunner, type RoleStop } from "./runners.ts";
+import { processRunner, REHEARSAL_GATEWAY_ADMIN_KEY, type RoleRunner, type RoleStop } from "./runners.ts";
 import {
   type CfnTemplate,
   type PolicyStatement,
@@ -58,6 +58,18 @@ export const REHEARSAL_CONFIG: ExperimentConfig = parseConfig({
   trainer: { batchSize: 1, maxSteps: 2, warmupFactor: 1, maxStaleness: 2 },
   policy: { pollSeconds: 1 },
   evaluation: { instances: 0 },
+});
+
+/**
+ * The same deployment with the gateway (`gateway.port`): the rehearsal then also runs one agent
+ * session through it (a chat completion, a reward, the end), so every grant of its row is used.
+ */
+export const REHEARSAL_GATEWAY_CONFIG: ExperimentConfig = parseConfig({
+  ...REHEARSAL_CONFIG,
+  // one step more: the gateway's group fills a batch early, and the trainer must still live long
+  // enough to receive its poison message maxReceiveCount times
+  trainer: { ...REHEARSAL_CONFIG.trainer, maxSteps: 3 },
+  gateway: { port: 8080, baselineGroupSize: 1 },
 });
 
 /** The synthesized templates of the three stacks the rehearsal uses. */
@@ -268,6 +280,7 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
       options.timeoutMs ?? 300_000,
     );
     const readySeconds: Record<string, number> = {};
+    const listeningUrls = new Map<string, string>();
     await runner.prepare();
     const start = async (definition: TaskRoleDefinition): Promise<void> => {
       const startedAt = Date.now();
@@ -294,6 +307,8 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
         child.stdout?.setEncoding("utf8").on("data", (chunk: string) => {
           if (definition.key in readySeconds) return;
           pending = (pending + chunk).slice(-4000);
+          const listening = /"event":"listening"[^\n]*?"url":"([^"]+)"/.exec(pending);
+          if (listening?.[1]) listeningUrls.set(definition.key, listening[1]);
           if (/"event":"(listening|started)"/.test(pending)) {
             readySeconds[definition.key] = (Date.now() - startedAt) / 1000;
             resolveReady();
@@ -312,7 +327,16 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
     // serves the policy, then the roles that use them.
     for (const definition of byRole("controller")) await start(definition);
     await Promise.all([...byRole("env"), ...byRole("policy")].map(start));
-    await Promise.all([...byRole("trainer"), ...byRole("feeder"), ...byRole("rollout")].map(start));
+    await Promise.all(
+      [...byRole("trainer"), ...byRole("feeder"), ...byRole("rollout"), ...byRole("gateway")].map(start),
+    );
+    // An agent's session through the gateway (process runner: its URL is on this machine).
+    const gatewayUrl = listeningUrls.get("gateway");
+    if (gatewayUrl)
+      void gatewaySession(gatewayUrl).then(
+        (line) => log(line),
+        (error: unknown) => finish(`the gateway session failed: ${(error as Error).message}`),
+      );
     log(
       `started ${running.size} roles as ${runner.kind === "process" ? "processes" : "containers"} (ready after ${Object.entries(
         readySeconds,
@@ -403,6 +427,42 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
     await moto.stop();
     for (const client of [cfn, iam, s3, sqs]) client.destroy();
   }
+}
+
+/**
+ * One agent session through the gateway: open (admin key; a 429 from the staleness bound is
+ * waited out for its Retry-After, as an operator does), one chat completion, a reward, the end.
+ */
+async function gatewaySession(url: string): Promise<string> {
+  const call = async (path: string, key: string, body: unknown) => {
+    const response = await fetch(`${url}${path}`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+      body: JSON.stringify(body),
+    });
+    const text = await response.text();
+    return { status: response.status, retryAfter: Number(response.headers.get("retry-after") ?? 1), text };
+  };
+  const ok = async (path: string, key: string, body: unknown) => {
+    const answer = await call(path, key, body);
+    if (answer.status >= 400) throw new Error(`${path}: HTTP ${answer.status}: ${answer.text.slice(0, 300)}`);
+    return JSON.parse(answer.text) as Record<string, unknown>;
+  };
+  let refused = 0;
+  let opened: { status: number; retryAfter: number; text: string };
+  for (;;) {
+    opened = await call("/v1/sessions", REHEARSAL_GATEWAY_ADMIN_KEY, { task: "db" });
+    if (opened.status !== 429 || refused >= 120) break;
+    refused += 1;
+    await new Promise((r) => setTimeout(r, opened.retryAfter * 1000));
+  }
+  if (opened.status !== 201) throw new Error(`/v1/sessions: HTTP ${opened.status}: ${opened.text.slice(0, 300)}`);
+  const session = JSON.parse(opened.text) as { sessionId: string; apiKey: string };
+  const base = `/sessions/${session.sessionId}/v1`;
+  await ok(`${base}/chat/completions`, session.apiKey, { messages: [{ role: "user", content: "List the tables." }] });
+  await ok(`/v1/sessions/${session.sessionId}/reward`, session.apiKey, { reward: 1 });
+  const state = await ok(`/v1/sessions/${session.sessionId}/end`, session.apiKey, {});
+  return `gateway session ${session.sessionId} (after ${refused} 429s): ${String(state.state)}, trajectories ${JSON.stringify(state.trajectoryIds)}`;
 }
 
 /** Waits until the queue holds no message, visible or in flight (or `limitMs` passed). */

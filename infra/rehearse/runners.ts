@@ -22,6 +22,9 @@ import type { TaskRoleDefinition } from "./template.ts";
 const REPOSITORY_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 const AGENTRL_BIN = join(REPOSITORY_ROOT, "bin/agentrl.mjs");
 
+/** The gateway's admin key in a rehearsal: ECS would inject it from Secrets Manager, which moto does not run. */
+export const REHEARSAL_GATEWAY_ADMIN_KEY = "rehearsal-gateway-admin-key-0123456789";
+
 /** What every role is started with besides its template's environment. */
 export interface RoleLaunch {
   readonly definition: TaskRoleDefinition;
@@ -87,12 +90,14 @@ export function processRunner(): RoleRunner {
     AGENTRL_HOST: "127.0.0.1",
     ...("AGENTRL_CONTROLLER_URL" in definition.environment ? { AGENTRL_CONTROLLER_URL: await url("controller") } : {}),
     ...(definition.role === "env" ? { AGENTRL_ADVERTISE_HOST: "127.0.0.1" } : {}),
-    ...(definition.role === "rollout"
+    ...(definition.role === "rollout" || definition.role === "gateway"
       ? {
           AGENTRL_POLICY_CURRENT_URL: await url("policy:current"),
           AGENTRL_POLICY_STALE_URL: await url("policy:stale"),
         }
       : {}),
+    // what ECS injects from Secrets Manager (the other roles' secrets are optional; this one is not)
+    ...(definition.role === "gateway" ? { AGENTRL_GATEWAY_ADMIN_KEY: REHEARSAL_GATEWAY_ADMIN_KEY } : {}),
   });
   return {
     kind: "process",

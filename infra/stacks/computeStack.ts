@@ -1,4 +1,5 @@
 import { ArnFormat, CfnParameter, Fn, Stack, type StackProps } from "aws-cdk-lib";
+import * as ec2 from "aws-cdk-lib/aws-ec2";
 import * as ecs from "aws-cdk-lib/aws-ecs";
 import * as iam from "aws-cdk-lib/aws-iam";
 import type * as s3 from "aws-cdk-lib/aws-s3";
@@ -50,6 +51,8 @@ export interface ComputeStackProps extends StackProps {
 /** Port of env workers and policy servers inside their tasks (each task has its own ENI). */
 export const ENV_WORKER_PORT = 5021;
 export const POLICY_SERVER_PORT = 8000;
+/** Port of the gateway when `gateway.port` is 0 (any free port locally). */
+export const GATEWAY_PORT = 8080;
 const NAMESPACE = "agentrl.local";
 
 /**
@@ -69,6 +72,8 @@ export class ComputeStack extends Stack {
   readonly trainer: RoleService;
   readonly feeder: RoleService;
   readonly rollout: RoleService;
+  /** The gateway (functions/gateway/), when the config sets `gateway.port`. */
+  readonly gateway: RoleService | undefined;
 
   constructor(scope: Construct, id: string, props: ComputeStackProps) {
     super(scope, id, props);
@@ -261,8 +266,14 @@ export class ComputeStack extends Stack {
     this.policyServers.current.allowFrom(this.rollout);
     this.policyServers.stale.allowFrom(this.rollout);
 
+    this.gateway =
+      config.gateway.port === undefined
+        ? undefined
+        : this.gatewayService(config, common, policyUrl, policyApiKey, sharedSecret);
+
     const features = accessFeaturesOf(config);
     for (const service of [
+      ...(this.gateway ? [this.gateway] : []),
       this.controller,
       ...envWorkers.values(),
       ...envPools.values(),
@@ -275,6 +286,59 @@ export class ComputeStack extends Stack {
       grantRoleAccess(service.taskRole, forFeatures(ROLE_ACCESS[service.role], features), targets);
       service.acknowledgeGrantWildcards();
     }
+  }
+
+  /**
+   * The gateway: one task (its sessions live in memory, so a second copy would split them),
+   * reachable inside the VPC at `gateway.<namespace>:<gateway.port>` (8080 when the port is 0);
+   * put your own load balancer in front to reach it from elsewhere. The admin key is a Secrets
+   * Manager secret like the other shared keys; it reaches only this service.
+   */
+  private gatewayService(
+    config: ExperimentConfig,
+    common: Record<string, string>,
+    policyUrl: (pool: string) => string,
+    policyApiKey: ecs.Secret,
+    sharedSecret: (id: string, description: string) => ecs.Secret,
+  ): RoleService {
+    const port = config.gateway.port || GATEWAY_PORT;
+    const gateway = new RoleService(this, "Gateway", {
+      cluster: this.cluster,
+      image: this.images.functions,
+      environment: {
+        AGENTRL_ROLE: "gateway",
+        ...(common as Omit<ContainerEnvInputOf<"gateway">, "AGENTRL_ROLE" | "AGENTRL_POLICY_CURRENT_URL">),
+        AGENTRL_POLICY_CURRENT_URL: policyUrl("current"),
+        AGENTRL_POLICY_STALE_URL: policyUrl("stale"),
+        AGENTRL_PORT: String(port),
+      } satisfies ContainerEnvInputOf<"gateway">,
+      secrets: {
+        AGENTRL_GATEWAY_ADMIN_KEY: sharedSecret(
+          "GatewayAdminKey",
+          "agentrl: who may open gateway sessions (AGENTRL_GATEWAY_ADMIN_KEY)",
+        ),
+        AGENTRL_POLICY_API_KEY: policyApiKey,
+      },
+      placement: { kind: "fargate", cpu: 1024, memoryMiB: 2048 },
+      port,
+      discoveryName: "gateway",
+      singleton: true,
+    });
+    this.policyServers.current.allowFrom(gateway);
+    this.policyServers.stale.allowFrom(gateway);
+    gateway.securityGroup.addIngressRule(
+      ec2.Peer.ipv4(this.cluster.vpc.vpcCidrBlock),
+      ec2.Port.tcp(port),
+      "agents inside the VPC call the gateway",
+    );
+    NagSuppressions.addResourceSuppressions(gateway.securityGroup, [
+      {
+        id: "AwsSolutions-EC23",
+        reason:
+          "Ingress is the VPC's own CIDR (a deploy-time token cdk-nag cannot resolve), never 0.0.0.0/0: agents inside the VPC call the gateway; every call needs the admin or a session key.",
+      },
+    ]);
+    return gateway;
   }
 
   /**

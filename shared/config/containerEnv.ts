@@ -19,6 +19,7 @@ export const CONTAINER_ROLES = [
   "trainer",
   "feeder",
   "rollout",
+  "gateway",
   "sweep",
 ] as const;
 export const ContainerRole = z.enum(CONTAINER_ROLES);
@@ -111,6 +112,12 @@ export const ContainerEnv = z.discriminatedUnion(
       AGENTRL_CONTROLLER_URL: httpUrl,
       AGENTRL_POLICY_CURRENT_URL: httpUrl,
       AGENTRL_POLICY_STALE_URL: httpUrl,
+    }),
+    pipelineRole("gateway", {
+      AGENTRL_POLICY_CURRENT_URL: httpUrl,
+      AGENTRL_POLICY_STALE_URL: httpUrl.optional(),
+      AGENTRL_PORT: port.default(8080),
+      AGENTRL_HOST: host,
     }),
     z.object({
       AGENTRL_ROLE: z.literal("sweep"),

@@ -4,6 +4,7 @@ import { z } from "zod";
 import { issuesOf, ValidationError } from "../errors.ts";
 import { engineIdOf } from "../policy/engine-sync.ts";
 import { EvaluationConfig } from "./evaluation.ts";
+import { GatewayConfig } from "./gateway.ts";
 import { LimitsConfig } from "./limits.ts";
 import { PolicyConfig } from "./policy.ts";
 import { RolloutConfig } from "./rollout.ts";
@@ -14,6 +15,7 @@ import { TrainerConfig } from "./trainer.ts";
 import { TransportConfig } from "./transport.ts";
 
 export * from "./evaluation.ts";
+export * from "./gateway.ts";
 export * from "./limits.ts";
 export * from "./policy.ts";
 export * from "./rollout.ts";
@@ -43,6 +45,7 @@ export const ExperimentConfig = z
     evaluation: EvaluationConfig.prefault({}),
     limits: LimitsConfig.prefault({}),
     tracking: TrackingConfig.prefault({}),
+    gateway: GatewayConfig.prefault({}),
   })
   .strict()
   .superRefine((c, ctx) => {

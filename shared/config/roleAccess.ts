@@ -103,6 +103,16 @@ export const ROLE_ACCESS: Readonly<Record<ContainerRole, RoleAccess>> = {
       { store: "checkpoints", prefix: KEY_PREFIXES.engines, use: ["read"], feature: "engineSync" },
     ],
   },
+  gateway: {
+    // depth of both queues: a new session is refused (429) when it would break the feeder's staleness bound
+    queues: { trajectories: ["produce", "depth"], "rollout-requests": ["depth"] },
+    stores: [
+      // write-only: a released group's trajectories are stored, then announced (never read back)
+      { store: "trajectories", prefix: KEY_PREFIXES.trajectories, use: ["write"] },
+      // the chat codec comes from the newest version's tokenizer.json
+      { store: "checkpoints", prefix: KEY_PREFIXES.policies, use: ["read"] },
+    ],
+  },
   sweep: {
     queues: {},
     stores: [{ store: "checkpoints", prefix: KEY_PREFIXES.sweeps, use: ["write"] }],

@@ -100,6 +100,23 @@ export const Trajectory = z
     }),
     envWorker: z.string().optional(),
     attempt: z.number().int().nonnegative().default(0),
+    /**
+     * A trajectory the gateway recorded from an agent's own calls: one entry per chat completion,
+     * with token offsets (its prompt ends at `promptEnd`, its completion at `end`), for the viewer.
+     */
+    gatewayCalls: z
+      .array(
+        z.object({
+          completionId: z.string(),
+          promptEnd: z.number().int().nonnegative(),
+          end: z.number().int().nonnegative(),
+          pool: z.string(),
+          policyVersion: z.number().int().min(-1),
+          toolCalls: z.array(z.string()),
+          drift: z.boolean(),
+        }),
+      )
+      .optional(),
   })
   .superRefine((t, ctx) => {
     const n = t.tokenIds.length;

@@ -11,12 +11,13 @@ export function bearerHeader(secret: string | undefined): Record<string, string>
   return secret === undefined ? {} : { authorization: `Bearer ${secret}` };
 }
 
-function sha256(text: string): Buffer {
+/** sha256 of a secret: what a server keeps instead of the secret itself. */
+export function sha256(text: string): Buffer {
   return createHash("sha256").update(text).digest();
 }
 
 /** True when the `authorization` header carries exactly the token whose sha256 is `expected`. */
-function bearerMatchesDigest(header: string | undefined, expected: Buffer): boolean {
+export function bearerMatchesDigest(header: string | undefined, expected: Buffer): boolean {
   const match = /^Bearer (\S+)$/i.exec(header?.trim() ?? "");
   return match !== null && timingSafeEqual(sha256(match[1] ?? ""), expected);
 }

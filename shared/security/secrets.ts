@@ -12,11 +12,14 @@ import { issuesOf, ValidationError } from "../errors.ts";
  * - `AGENTRL_CONTROLLER_SECRET`: callers of the controller's session API (rollout workers,
  *   evaluator). Optional; unset leaves that API open to whoever can reach it.
  * - `AGENTRL_POLICY_API_KEY`: callers of our policy servers (like vLLM's `--api-key`). Optional.
+ * - `AGENTRL_GATEWAY_ADMIN_KEY`: who may open gateway sessions (`POST /v1/sessions`). The gateway
+ *   refuses to start without it; each session then gets its own key, good for that session only.
  */
 export const SECRET_VARIABLES = {
   envSecret: "AGENTRL_ENV_SECRET",
   controllerSecret: "AGENTRL_CONTROLLER_SECRET",
   policyApiKey: "AGENTRL_POLICY_API_KEY",
+  gatewayAdminKey: "AGENTRL_GATEWAY_ADMIN_KEY",
 } as const;
 
 const Secret = z
@@ -29,12 +32,14 @@ const SecretsEnv = z.object({
   AGENTRL_ENV_SECRET: Secret.optional(),
   AGENTRL_CONTROLLER_SECRET: Secret.optional(),
   AGENTRL_POLICY_API_KEY: Secret.optional(),
+  AGENTRL_GATEWAY_ADMIN_KEY: Secret.optional(),
 });
 
 export interface Secrets {
   readonly envSecret?: string;
   readonly controllerSecret?: string;
   readonly policyApiKey?: string;
+  readonly gatewayAdminKey?: string;
 }
 
 /** Reads the secrets from `env`; a malformed one throws naming the variable (never its value). */
@@ -55,6 +60,7 @@ export function readSecrets(env: NodeJS.ProcessEnv = process.env): Secrets {
     ...(parsed.data.AGENTRL_ENV_SECRET ? { envSecret: parsed.data.AGENTRL_ENV_SECRET } : {}),
     ...(parsed.data.AGENTRL_CONTROLLER_SECRET ? { controllerSecret: parsed.data.AGENTRL_CONTROLLER_SECRET } : {}),
     ...(parsed.data.AGENTRL_POLICY_API_KEY ? { policyApiKey: parsed.data.AGENTRL_POLICY_API_KEY } : {}),
+    ...(parsed.data.AGENTRL_GATEWAY_ADMIN_KEY ? { gatewayAdminKey: parsed.data.AGENTRL_GATEWAY_ADMIN_KEY } : {}),
   };
 }
 
@@ -66,6 +72,7 @@ export function withGeneratedSecrets(env: NodeJS.ProcessEnv = process.env): Requ
     envSecret: given.envSecret ?? fresh(),
     controllerSecret: given.controllerSecret ?? fresh(),
     policyApiKey: given.policyApiKey ?? fresh(),
+    gatewayAdminKey: given.gatewayAdminKey ?? fresh(),
   };
 }
 

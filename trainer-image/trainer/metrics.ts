@@ -24,6 +24,32 @@ export function taskMetrics(trajectories: readonly Trajectory[]): Record<string,
   return out;
 }
 
+/**
+ * Gateway figures of a step (only when it trained gateway trajectories): per-step sums of the
+ * counts each trajectory carries (`gateway_*`), and the gateway's cumulative totals
+ * (`gateway_total_*`, the newest seen: sessions, abandoned, unrewarded, refused, drift).
+ */
+export function gatewayMetrics(trajectories: readonly Trajectory[]): Record<string, number> {
+  const from = trajectories.filter((t) => t.metrics.gateway_calls !== undefined);
+  if (from.length === 0) return {};
+  const sum = (key: string) => from.reduce((s, t) => s + (t.metrics[key] ?? 0), 0);
+  const newest = (key: string) => Math.max(...from.map((t) => t.metrics[key] ?? 0));
+  return {
+    "gateway/trajectories": from.length,
+    "gateway/calls": sum("gateway_calls"),
+    "gateway/merged_calls": sum("gateway_merged_calls"),
+    /** Trajectories from sessions that split into more than one segment. */
+    "gateway/split_segments": from.filter((t) => (t.metrics.gateway_session_segments ?? 1) > 1).length,
+    "gateway/drift_calls": sum("gateway_drift_calls"),
+    "gateway/render_mismatches": sum("gateway_render_mismatches"),
+    "gateway/sessions_total": newest("gateway_total_sessions"),
+    "gateway/abandoned_total": newest("gateway_total_abandoned"),
+    "gateway/unrewarded_total": newest("gateway_total_unrewarded"),
+    "gateway/refused_total": newest("gateway_total_refused"),
+    "gateway/drift_calls_total": newest("gateway_total_drift_calls"),
+  };
+}
+
 /** Members dropped for environment or infrastructure failures, per task (`task/<t>/env_failures`) and in all. */
 export function envFailureMetrics(groups: readonly BufferedGroup[]): Record<string, number> {
   const out: Record<string, number> = { "rollout/env_failures": 0 };
@@ -123,6 +149,7 @@ export function stepMetrics(counts: StepCounts, totals: Readonly<Record<string, 
     "rollout/buffered": counts.buffered,
     ...envFailureMetrics([...counts.groups, ...counts.abandoned]),
     ...taskMetrics(trajectories),
+    ...gatewayMetrics(trajectories),
     "throughput/trajectories_per_s": trajectories.length / interval,
     /** Generated tokens the step consumed, per wall second since the previous step. */
     "throughput/tokens_per_s": generated / interval,
