@@ -52,7 +52,29 @@ interface EnvAnswer {
   status: string;
 }
 
+/** How long start_sample waits for a free env slot (HTTP 406) before giving up. */
+const FREE_SLOT_WAIT_MS = 60_000;
+
 async function envCall(
+  options: EnvAgentOptions,
+  path: string,
+  body: unknown,
+  session?: string,
+): Promise<{ answer: EnvAnswer; session: string }> {
+  // Every slot taken (406) is a wait, not a failure: another episode is about to end.
+  for (let waited = 0; ; waited += 250) {
+    try {
+      return await envCallOnce(options, path, body, session);
+    } catch (error) {
+      if (!(error instanceof NoFreeSlot) || waited >= FREE_SLOT_WAIT_MS) throw error;
+      await new Promise((resolve) => setTimeout(resolve, 250));
+    }
+  }
+}
+
+class NoFreeSlot extends Error {}
+
+async function envCallOnce(
   options: EnvAgentOptions,
   path: string,
   body: unknown,
@@ -68,6 +90,7 @@ async function envCall(
     body: JSON.stringify(body),
   });
   const text = await response.text();
+  if (response.status === 406) throw new NoFreeSlot(`env ${path}: HTTP 406: ${text.slice(0, 300)}`);
   if (!response.ok) throw new Error(`env ${path}: HTTP ${response.status}: ${text.slice(0, 300)}`);
   return { answer: JSON.parse(text) as EnvAnswer, session: response.headers.get("session_id") ?? session ?? "" };
 }
