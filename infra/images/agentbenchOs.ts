@@ -1,6 +1,7 @@
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { AGENTBENCH_OS_IMAGES, type AgentBenchOsImage } from "../../shared/agentbench/osImages.ts";
 import { type ContainerEngine, engineExec, execOrThrow, imageExists } from "./engine.ts";
 import { STAND_IN_LABEL } from "./standInBase.ts";
 
@@ -11,12 +12,6 @@ import { STAND_IN_LABEL } from "./standInBase.ts";
  * debootstrap (minbase, the same shape as the ubuntu base image) with the same packages, imported
  * under the name the OS tasks run. Built once; a present image is kept.
  */
-
-export const AGENTBENCH_OS_IMAGES = {
-  default: "localhost/agentrl-ts/agentbench-os-default:bookworm",
-  packages: "localhost/agentrl-ts/agentbench-os-packages:bookworm",
-} as const;
-export type AgentBenchOsImage = keyof typeof AGENTBENCH_OS_IMAGES;
 
 /** What upstream's Dockerfiles `apt install`; ca-certificates so curl and pip speak TLS. */
 const DEFAULT_PACKAGES = [

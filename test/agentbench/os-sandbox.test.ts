@@ -1,7 +1,7 @@
 import { spawn, spawnSync } from "node:child_process";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ContainerBackend, detectContainerCli, type Sandbox } from "../../env-images/osbench/sandbox.ts";
-import { AGENTBENCH_OS_IMAGES } from "../../infra/images/agentbenchOs.ts";
+import { AGENTBENCH_OS_IMAGES } from "../../shared/agentbench/osImages.ts";
 import { requireOrSkip } from "./support.ts";
 
 /**
