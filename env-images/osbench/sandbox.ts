@@ -258,21 +258,11 @@ class ContainerSandbox implements Sandbox {
       onExit: (listener) => {
         child.on("close", listener);
       },
-      // Kills every process in the container but the keeper (pid 1) and the shells, so a runaway
-      // command ends and the shell takes the next one.
+      // A command over its time limit may be a loop in the shell itself, which no signal to its
+      // children ends: every process but pid 1 is killed (the shell too); the next call opens a
+      // fresh shell in the same container, whose files stay.
       async interrupt() {
-        await execFile(
-          bin,
-          [
-            "exec",
-            id,
-            "bash",
-            "-c",
-            'for p in /proc/[0-9]*; do p=${p#/proc/}; [ "$p" = 1 ] || [ "$p" = $$ ] && continue; ' +
-              'c=$(tr "\\0" " " < /proc/$p/cmdline 2>/dev/null); [ "$c" = "bash " ] && continue; kill -9 $p 2>/dev/null; done',
-          ],
-          { timeoutMs: 30_000 },
-        ).catch(() => undefined);
+        await execFile(bin, ["exec", id, "bash", "-c", "kill -9 -1"], { timeoutMs: 30_000 }).catch(() => undefined);
       },
       kill: () => {
         child.kill("SIGKILL");

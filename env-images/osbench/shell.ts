@@ -12,7 +12,7 @@ import { randomBytes } from "node:crypto";
 export interface ShellLimits {
   /** No output for this long: return what came (upstream's terminal read gave up after 5 s of quiet). */
   readonly idleMs: number;
-  /** A command may run at most this long in all; then its processes are killed. */
+  /** A command may run at most this long in all; then it is killed, and its shell with it. */
   readonly totalMs: number;
   /** Output kept per command; the rest is dropped (observations show 800 characters anyway). */
   readonly maxBytes: number;
@@ -75,7 +75,7 @@ export class SentinelReader {
     const pattern = new RegExp(`\\n?${sentinelPrefix(this.secret, n)}(-?\\d+)__\\n`);
     const found = pattern.exec(text);
     if (!found) return undefined;
-    const output = this.withoutStale(this.buffer.subarray(0, found.index));
+    const output = this.withoutStale(this.buffer.subarray(0, found.index)).subarray(0, this.maxBytes);
     this.buffer = this.buffer.subarray(found.index + found[0].length);
     this.dropped = 0;
     return { output, exitCode: Number(found[1]) };
@@ -83,7 +83,7 @@ export class SentinelReader {
 
   /** Everything buffered so far (a command that timed out), minus stale sentinels. */
   drain(): Uint8Array {
-    const output = this.withoutStale(this.buffer);
+    const output = this.withoutStale(this.buffer).subarray(0, this.maxBytes);
     this.buffer = Buffer.alloc(0);
     this.dropped = 0;
     return output;
@@ -100,7 +100,7 @@ export interface ShellProcess {
   write(text: string): void;
   onData(listener: (chunk: Uint8Array) => void): void;
   onExit(listener: () => void): void;
-  /** Kills what the shell is running now (not the shell itself). */
+  /** Ends a runaway command; the shell may end with it (then the sandbox opens a new one). */
   interrupt(): Promise<void>;
   kill(): void;
 }
@@ -148,7 +148,10 @@ export class PersistentShell {
       const now = Date.now();
       if (now - started >= this.limits.totalMs) total = true;
       if (total || now - lastData >= this.limits.idleMs) {
-        if (total) await this.process.interrupt();
+        if (total) {
+          await this.process.interrupt();
+          await this.exitWithin(5_000);
+        }
         return { output: this.reader.drain(), ended: total ? "total" : "idle" };
       }
       const wait = Math.min(this.limits.idleMs - (now - lastData), this.limits.totalMs - (now - started));
@@ -165,6 +168,20 @@ export class PersistentShell {
       this.wake = undefined;
       if (woke) lastData = Date.now();
     }
+  }
+
+  /** Waits until the shell process has ended, or `ms` have passed. */
+  private async exitWithin(ms: number): Promise<void> {
+    const until = Date.now() + ms;
+    while (!this.exited && Date.now() < until)
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, until - Date.now());
+        this.wake = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+    this.wake = undefined;
   }
 
   close(): void {
