@@ -22,14 +22,19 @@ import { bashObservation, type Committed, independentArgv, judge } from "./score
  * container is removed when the episode ends, however it ends.
  */
 
-/** Init scripts that fetch packages (`apt install`, `pip install`) need a network; the rest run without one. */
+/**
+ * Instances whose init or example fetches packages (`apt install`, `pip install`) need a network
+ * (os-std 52, 53, 55); the rest run without one.
+ */
 export function needsNetwork(instance: OsInstance): boolean {
-  return instance.init.some((script) =>
+  const evaluation = instance.evaluation;
+  const example = evaluation.kind === "check" && evaluation.example ? [evaluation.example] : [];
+  return [...instance.init, ...example].some((script) =>
     /\bapt(-get)?\s+(update|install)\b|\bpip3?\s+install\b|\bnpm\s+install\b/.test(script.code),
   );
 }
 
-/** `AGENTRL_OS_NETWORK=1` lets those instances reach the network; without it they run offline (and their init may fail). */
+/** `AGENTRL_OS_NETWORK=1` lets those instances reach the network; without it they fail to start, with that reason. */
 export const OS_NETWORK_ENV = "AGENTRL_OS_NETWORK";
 
 const INIT_TIMEOUT_MS = 300_000;
@@ -124,8 +129,13 @@ export function createOsTask(name: OsSplit, options: OsTaskOptions = {}): TaskDe
       if (!instance) throw new AgentRlError(`${name} has no instance ${index}`);
       const image = images[instance.image];
       if (!image) throw new AgentRlError(`${name} ${index}: no image for AgentBench's "${instance.image}" subtype`);
+      // Offline, these cannot be solved (their init or solution installs a package): say so, not apt's error.
+      if (needsNetwork(instance) && !network)
+        throw new AgentRlError(
+          `${name} ${index} installs packages and needs a network: set ${OS_NETWORK_ENV}=1 where containers may reach one`,
+        );
       const backend = await backendOf();
-      const sandbox = await backend.start({ image, network: network && needsNetwork(instance), task: name }, signal);
+      const sandbox = await backend.start({ image, network: needsNetwork(instance), task: name }, signal);
       try {
         for (const [i, script] of instance.init.entries()) {
           const run = await sandbox.run(independentArgv(script, []), { timeoutMs: INIT_TIMEOUT_MS, signal });

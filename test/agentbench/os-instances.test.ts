@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { loadOs, OS_SIZES, parseOsFile, problemFiles } from "../../env-images/osbench/instances.ts";
+import { needsNetwork } from "../../env-images/osbench/task.ts";
 import { agentBenchDataDir, requireOrSkip } from "./support.ts";
 
 /** The published OS interaction instances, read as upstream's loader reads them. */
@@ -55,6 +56,16 @@ describe.skipIf(!ready)("AgentBench OS instances", () => {
     expect(new Set(all.map((i) => i.image))).toEqual(new Set(["default", "packages"]));
     expect(loadOs("os-std").filter((i) => i.start !== undefined)).toHaveLength(4);
     expect(loadOs("os-env_train").every((i) => i.init.length === 1 && i.init[0]!.language === "bash")).toBe(true);
+  });
+
+  it("exactly the instances that install packages (init or example) are marked as needing a network", () => {
+    expect(
+      loadOs("os-std")
+        .filter(needsNetwork)
+        .map((i) => i.index),
+    ).toEqual([52, 53, 55]);
+    expect(loadOs("os-dev").filter(needsNetwork)).toEqual([]);
+    expect(loadOs("os-env_train").filter(needsNetwork)).toEqual([]);
   });
 
   it("a file-named script is read from the split's script folder", () => {
