@@ -17,7 +17,7 @@ export function printedOf(observation: string): string {
 
 /**
  * The expert plays upstream's own solution. A match instance answers its literal. A check instance
- * runs its example in the shell, then answers what the example printed (checks that compare
+ * runs its example in the shell, then answers what the example printed, trimmed (checks that compare
  * against the example get its output; checks of the system's state ignore the answer). What it
  * misses shows where these containers differ from upstream's.
  */
@@ -33,7 +33,9 @@ export function osExpert(task: OsSplit): ScriptedAgent {
         return callTool("finish_action", { thought: "No example to follow." }, turn);
       if (turn === 0)
         return callTool("bash_action", { script: asBash(evaluation.example) }, turn, "I run the reference solution.");
-      return callTool("answer_action", { answer: printedOf(lastObservation(messages)) }, turn);
+      // A model answers the value, not the line it was printed on: the trailing newline would
+      // reach example scripts that take the answer as an argument (os-std 140 greps for it).
+      return callTool("answer_action", { answer: printedOf(lastObservation(messages)).trim() }, turn);
     },
   };
 }

@@ -13,7 +13,11 @@ import { STAND_IN_LABEL } from "./standInBase.ts";
  * under the name the OS tasks run. Built once; a present image is kept.
  */
 
-/** What upstream's Dockerfiles `apt install`; ca-certificates so curl and pip speak TLS. */
+/**
+ * What upstream's Dockerfiles `apt install`, plus procps (`ps`, `free`: ubuntu's base image has
+ * them, Debian's minbase does not, and upstream's examples call them); ca-certificates so curl
+ * and pip speak TLS.
+ */
 const DEFAULT_PACKAGES = [
   "python3",
   "python3-pip",
@@ -24,6 +28,7 @@ const DEFAULT_PACKAGES = [
   "unzip",
   "zip",
   "tree",
+  "procps",
   "ca-certificates",
 ];
 
