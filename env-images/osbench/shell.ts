@@ -18,6 +18,9 @@ export interface ShellLimits {
   readonly maxBytes: number;
 }
 
+/** How long the first command may stay quiet while the shell itself starts. */
+const STARTUP_MS = 30_000;
+
 export const DEFAULT_SHELL_LIMITS: ShellLimits = { idleMs: 5_000, totalMs: 60_000, maxBytes: 1 << 20 };
 
 /**
@@ -140,6 +143,9 @@ export class PersistentShell {
     const started = Date.now();
     let lastData = Date.now();
     let total = false;
+    // The first command also waits for the shell to start (`podman exec` takes seconds on a busy
+    // host), which must not count as the command's quiet time.
+    const idleMs = n === 1 ? Math.max(this.limits.idleMs, STARTUP_MS) : this.limits.idleMs;
     for (;;) {
       const done = this.reader.take(n);
       if (done) return { output: done.output, exitCode: done.exitCode, ended: "sentinel" };
@@ -147,14 +153,14 @@ export class PersistentShell {
       if (signal?.aborted) return { output: this.reader.drain(), ended: "aborted" };
       const now = Date.now();
       if (now - started >= this.limits.totalMs) total = true;
-      if (total || now - lastData >= this.limits.idleMs) {
+      if (total || now - lastData >= idleMs) {
         if (total) {
           await this.process.interrupt();
           await this.exitWithin(5_000);
         }
         return { output: this.reader.drain(), ended: total ? "total" : "idle" };
       }
-      const wait = Math.min(this.limits.idleMs - (now - lastData), this.limits.totalMs - (now - started));
+      const wait = Math.min(idleMs - (now - lastData), this.limits.totalMs - (now - started));
       const woke = await new Promise<boolean>((resolve) => {
         const timer = setTimeout(() => resolve(false), wait);
         const onAbort = () => resolve(false);
