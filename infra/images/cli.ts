@@ -1,4 +1,5 @@
 import { parseArgs } from "node:util";
+import { ensureAgentBenchOsImages } from "./agentbenchOs.ts";
 import { type BuiltImage, buildImage, plannedImages } from "./build.ts";
 import { detectEngine } from "./engine.ts";
 import { ensureNodeBase } from "./standInBase.ts";
@@ -7,10 +8,15 @@ import { ensureNodeBase } from "./standInBase.ts";
  * `npm run images [-- --only functions,trainer-cpu] [--verbose]`: builds every image the CDK app
  * references (trainer in its CPU variant) with podman or Docker, making a stand-in
  * node:20-bookworm-slim first when the real one cannot be pulled. Prints one line per image
- * (build seconds, size, user). Exits 2 when no engine is available.
+ * (build seconds, size, user). Exits 2 when no engine is available. `--agentbench-os` builds only
+ * the images the os-std/os-dev/os-env_train episodes run in (kept when present).
  */
 const { values } = parseArgs({
-  options: { only: { type: "string" }, verbose: { type: "boolean", default: false } },
+  options: {
+    only: { type: "string" },
+    verbose: { type: "boolean", default: false },
+    "agentbench-os": { type: "boolean", default: false },
+  },
 });
 const log = (line: string) => process.stderr.write(`[images] ${line}\n`);
 
@@ -20,6 +26,12 @@ if (!engine) {
   process.exit(2);
 }
 log(`engine: ${engine.kind} ${engine.commonFlags.join(" ")}`);
+if (values["agentbench-os"]) {
+  const started = Date.now();
+  const done = await ensureAgentBenchOsImages(engine, log);
+  log(`agentbench-os images: ${JSON.stringify(done)} (${((Date.now() - started) / 1000).toFixed(0)} s)`);
+  process.exit(0);
+}
 const baseStarted = Date.now();
 const base = await ensureNodeBase(engine, log);
 log(`node:20-bookworm-slim: ${base} (${((Date.now() - baseStarted) / 1000).toFixed(0)} s)`);

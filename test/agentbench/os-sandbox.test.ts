@@ -1,0 +1,136 @@
+import { spawn, spawnSync } from "node:child_process";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ContainerBackend, detectContainerCli, type Sandbox } from "../../env-images/osbench/sandbox.ts";
+import { AGENTBENCH_OS_IMAGES } from "../../shared/agentbench/osImages.ts";
+import { requireOrSkip } from "./support.ts";
+
+/**
+ * OS episodes' sandboxes on a real container engine: one container per episode with upstream's
+ * limits, a persistent root shell, isolation between episodes, and no container left behind.
+ * Runs in AgentBench's `default` image when built (`npm run images -- --agentbench-os`), else in
+ * node:20-bookworm-slim (the CPU images' base; any Debian with bash does here).
+ */
+const cli = await detectContainerCli();
+const imageOf = (bin: string): string | undefined =>
+  [AGENTBENCH_OS_IMAGES.default, "docker.io/library/node:20-bookworm-slim"].find(
+    (image) => spawnSync(bin, ["image", "inspect", image], { stdio: "ignore" }).status === 0,
+  );
+const image = cli ? imageOf(cli) : undefined;
+const ready = requireOrSkip("os-sandbox.test.ts", "OS sandboxes in containers", [
+  ...(cli ? [] : ["neither podman nor a Docker daemon (apt-get install podman runc)"]),
+  ...(cli && !image ? ["no Debian image with bash (npm run images -- --agentbench-os)"] : []),
+]);
+
+const text = (bytes: Uint8Array) => Buffer.from(bytes).toString("utf8");
+const containersNamed = (bin: string, name: string) =>
+  spawnSync(bin, ["ps", "-a", "--filter", `name=^${name}$`, "--format", "{{.Names}}"], {
+    encoding: "utf8",
+  }).stdout.trim();
+
+describe.skipIf(!ready)("container sandboxes", () => {
+  const backend = new ContainerBackend(cli ?? "podman", { idleMs: 2_000, totalMs: 20_000, maxBytes: 1 << 16 });
+  let a: Sandbox;
+  let b: Sandbox;
+  beforeAll(async () => {
+    [a, b] = await Promise.all([
+      backend.start({ image: image!, network: false, task: "test" }),
+      backend.start({ image: image!, network: false, task: "test" }),
+    ]);
+  }, 120_000);
+  afterAll(async () => {
+    await Promise.all([a?.close(), b?.close()]);
+  });
+
+  it("the shell is root's, in /root, and keeps cwd, variables and background jobs between commands", async () => {
+    const shell = a.shell();
+    expect(text((await shell.run("whoami; pwd")).output)).toBe("root\n/root\n");
+    await shell.run("cd /tmp; export X=41; sleep 300 &");
+    const after = await shell.run("pwd; echo $((X + 1)); jobs | wc -l");
+    expect(text(after.output)).toBe("/tmp\n42\n1\n");
+    expect(after.ended).toBe("sentinel");
+  }, 60_000);
+
+  it("waits for the command's end, not a fixed time; status and stderr come back in order", async () => {
+    const shell = a.shell();
+    const slow = await shell.run("sleep 1; echo out; echo err >&2; false");
+    expect(text(slow.output)).toBe("out\nerr\n");
+    expect(slow.exitCode).toBe(1);
+    expect(text((await shell.run("printf 'no newline'")).output)).toBe("no newline");
+  }, 60_000);
+
+  it("a command quiet for longer than the limit returns; its late output opens the next observation", async () => {
+    const shell = a.shell();
+    const quiet = await shell.run("sleep 3; echo late");
+    expect(quiet.ended).toBe("idle");
+    expect(text(quiet.output)).toBe("");
+    expect(text((await shell.run("echo next")).output)).toBe("late\nnext\n");
+  }, 60_000);
+
+  it("su carries over: later commands run as the user until exit", async () => {
+    const shell = a.shell();
+    await shell.run("useradd -m agentuser");
+    await shell.run("su agentuser");
+    expect(text((await shell.run("whoami; cd ~; pwd")).output)).toBe("agentuser\n/home/agentuser\n");
+    await shell.run("exit");
+    expect(text((await shell.run("whoami")).output)).toBe("root\n");
+  }, 60_000);
+
+  it("scripts run apart from the shell with their arguments; episodes do not see each other", async () => {
+    await a.shell().run("echo secret > /root/only-a");
+    const inA = await a.run(["bash", "-c", 'cat /root/only-a; echo "$1"', "--", "arg"]);
+    expect(text(inA.stdout)).toBe("secret\narg\n");
+    const inB = await b.run(["bash", "-c", "cat /root/only-a"]);
+    expect(inB.exitCode).not.toBe(0);
+  }, 60_000);
+
+  it("no network, 1 GB of memory, a process cap", async () => {
+    expect(text((await a.run(["ls", "/sys/class/net"])).stdout)).toBe("lo\n");
+    const limits = await a.run([
+      "bash",
+      "-c",
+      "cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes; " +
+        "cat /sys/fs/cgroup/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids/pids.max",
+    ]);
+    expect(text(limits.stdout)).toBe("1073741824\n512\n");
+  }, 60_000);
+
+  it("process floods stop at the cap; `kill -9 -1` ends everything but the shell and the container", async () => {
+    const shell = b.shell();
+    expect((await shell.run("true")).exitCode).toBe(0);
+    const flood = await b.run(
+      ["timeout", "10", "bash", "-c", "for i in $(seq 1 700); do setsid sleep 120 & done 2>/dev/null"],
+      {
+        timeoutMs: 30_000,
+      },
+    );
+    expect(flood.exitCode).not.toBe(0);
+    const count = await b.run(["bash", "-c", "ls -d /proc/[0-9]* | wc -l"]);
+    expect(Number(text(count.stdout).trim())).toBeLessThanOrEqual(512);
+    // Linux spares the caller of kill(-1) and pid 1: the shell and the container's keeper live on.
+    expect((await shell.run("kill -9 -1")).ended).toBe("sentinel");
+    // /bin/echo is a new process: the cap has room again.
+    expect(text((await shell.run("/bin/echo alive")).output)).toBe("alive\n");
+  }, 120_000);
+
+  it("close removes the container", async () => {
+    const c = await backend.start({ image: image!, network: false, task: "test" });
+    expect(containersNamed(cli!, c.id)).toBe(c.id);
+    await c.close();
+    expect(containersNamed(cli!, c.id)).toBe("");
+  }, 120_000);
+
+  it("a killed worker's container is removed by the next worker's sweep", async () => {
+    const child = spawn(process.execPath, ["--import", "tsx", "test/agentbench/fixtures/os-orphan.ts", cli!, image!], {
+      stdio: ["ignore", "pipe", "inherit"],
+    });
+    const id = await new Promise<string>((resolve, reject) => {
+      child.stdout.once("data", (chunk: Buffer) => resolve(chunk.toString().trim()));
+      child.once("exit", () => reject(new Error("orphan fixture exited early")));
+    });
+    expect(containersNamed(cli!, id)).toBe(id);
+    child.kill("SIGKILL");
+    await new Promise((resolve) => child.once("exit", resolve));
+    expect(await backend.sweepOrphans()).toBeGreaterThanOrEqual(1);
+    expect(containersNamed(cli!, id)).toBe("");
+  }, 120_000);
+});

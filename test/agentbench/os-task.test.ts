@@ -1,0 +1,52 @@
+import { spawnSync } from "node:child_process";
+import { describe, expect, it } from "vitest";
+import { stdModule } from "../../env-images/osbench/index.ts";
+import { loadOs } from "../../env-images/osbench/instances.ts";
+import { detectContainerCli, WORKER_ID, WORKER_LABEL } from "../../env-images/osbench/sandbox.ts";
+import { AGENTBENCH_OS_IMAGES } from "../../shared/agentbench/osImages.ts";
+import { scriptedStats } from "../../shared/env/session.ts";
+import { agentBenchDataDir, requireOrSkip } from "./support.ts";
+
+/**
+ * os-std episodes end to end in containers: upstream's example solves the instance through the
+ * tools, a wrong answer scores 0, and no container outlives its episode.
+ */
+const cli = await detectContainerCli();
+const imageBuilt =
+  cli !== undefined &&
+  spawnSync(cli, ["image", "inspect", AGENTBENCH_OS_IMAGES.default], { stdio: "ignore" }).status === 0;
+const ready = requireOrSkip("os-task.test.ts", "os-std episodes in containers", [
+  ...(agentBenchDataDir() ? [] : ["no AgentBench data (run `agentrl data fetch agentbench`)"]),
+  ...(cli ? [] : ["neither podman nor a Docker daemon (apt-get install podman runc)"]),
+  ...(cli && !imageBuilt ? ["AgentBench's default image is not built (npm run images -- --agentbench-os)"] : []),
+]);
+
+const mine = () =>
+  spawnSync(cli!, ["ps", "-a", "--filter", `label=${WORKER_LABEL}=${WORKER_ID}`, "--format", "{{.Names}}"], {
+    encoding: "utf8",
+  }).stdout.trim();
+
+describe.skipIf(!ready)("os-std in containers", () => {
+  it("the expert solves a check instance, a match instance and one with a start script; nothing is left", async () => {
+    const std = loadOs("os-std");
+    const match = std.find((i) => i.evaluation.kind === "match")!;
+    const started = std.find((i) => i.start !== undefined)!;
+    const stats = await scriptedStats(stdModule.task, stdModule.expert, [0, match.index, started.index]);
+    expect(stats.misses).toEqual([]);
+    expect(stats.successes).toBe(3);
+    expect(mine()).toBe("");
+  }, 180_000);
+
+  it("a wrong answer scores 0, and closing the episode removes its container", async () => {
+    const episode = await stdModule.task.start(0, new AbortController().signal);
+    expect(mine()).not.toBe("");
+    const signal = new AbortController().signal;
+    const looked = await episode.call("bash_action", { script: "ls /usr | head -3" }, signal);
+    expect(looked.observation).toMatch(/^The output of the OS:\n\n/);
+    const result = await episode.call("answer_action", { answer: "certainly not this" }, signal);
+    expect(result.reward?.reward).toBe(0);
+    expect(result.finish).toBe("completed");
+    await episode.close?.();
+    expect(mine()).toBe("");
+  }, 180_000);
+});
