@@ -51,7 +51,16 @@ export class EnvSessionLostError extends EnvInfrastructureError {
 
 /** No worker has a free slot (HTTP 406): transient capacity, wait and start again. */
 export class EnvCapacityError extends EnvInfrastructureError {
-  override readonly name = "EnvCapacityError";
+  override readonly name: string = "EnvCapacityError";
+}
+
+/**
+ * No worker serves the task yet (HTTP 404 on start_sample): a pipeline starting, or a pool replacing
+ * its last worker. The controller cannot tell that from a name no worker will ever serve, so callers
+ * wait as for a full worker, for a bounded time, and then give the request up.
+ */
+export class EnvTaskNotServedError extends EnvCapacityError {
+  override readonly name = "EnvTaskNotServedError";
 }
 
 /**
@@ -63,7 +72,7 @@ export class EnvEpisodeFailedError extends EnvInfrastructureError {
   override readonly name = "EnvEpisodeFailedError";
 }
 
-/** A 4xx the caller caused (malformed body, unknown task, index out of range): never retried. */
+/** A 4xx the caller caused (malformed body, index out of range): never retried. */
 export class EnvBadRequestError extends EnvApiError {
   override readonly name = "EnvBadRequestError";
 }
@@ -323,10 +332,9 @@ async function errorFromResponse(path: string, response: Response): Promise<EnvA
   }
   const message = `${path}: HTTP ${response.status}: ${detail}`;
   const status = response.status;
-  // No worker of the task has registered yet (a pipeline starting, a pool replacing its last
-  // worker): like a full worker, wait for one rather than failing the request as malformed.
-  if (status === 406 || (status === 404 && path === "start_sample" && NO_WORKER_YET.test(detail)))
-    return new EnvCapacityError(message, status);
+  if (status === 406) return new EnvCapacityError(message, status);
+  if (status === 404 && path === "start_sample" && NO_WORKER_YET.test(detail))
+    return new EnvTaskNotServedError(message, status);
   if (status === 502 || (status === 404 && path !== "start_sample")) return new EnvSessionLostError(message, status);
   if (status >= 500) return new EnvUnavailableError(message, status);
   return new EnvBadRequestError(message, status);

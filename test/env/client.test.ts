@@ -5,6 +5,7 @@ import {
   EnvCapacityError,
   EnvProtocolError,
   EnvSessionLostError,
+  EnvTaskNotServedError,
   EnvUnavailableError,
   isAgentOutcome,
 } from "../../shared/env/client.ts";
@@ -69,6 +70,7 @@ describe("ControllerClient", () => {
     const fake = scripted([status(404, 'name: no worker has registered task "db" (registered: os)')]);
     const client = new ControllerClient({ baseUrl: "http://controller:5020", backoffMs: 1, fetch: fake.fetch });
     const error = await client.startSample("db", 3).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(EnvTaskNotServedError);
     expect(error).toBeInstanceOf(EnvCapacityError);
     expect(error).toMatchObject({ retryable: true, status: 404 });
   });
