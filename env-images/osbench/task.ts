@@ -56,8 +56,18 @@ class OsEpisode implements Episode {
   async call(tool: string, args: unknown, signal: AbortSignal): Promise<StepResult> {
     if (tool === "bash_action") {
       const { script } = BashActionArgs.parse(args);
+      // A disk-filling agent ends its own episode, scored 0 as an invalid action.
+      const stopped = (output: string) => {
+        const exceeded = this.sandbox.limitExceeded;
+        return exceeded
+          ? { observation: `${output}${exceeded}: the episode ends.`, finish: "agent invalid action" as const }
+          : undefined;
+      };
+      const before = stopped("");
+      if (before) return before;
       const result = await this.sandbox.shell().run(script, signal);
-      return { observation: bashObservation(result.output) };
+      const observation = bashObservation(result.output);
+      return stopped(`${observation}\n`) ?? { observation };
     }
     // finish_action's thought and answer_action's answer are both what the checks receive.
     const answer: Committed =
