@@ -1,11 +1,13 @@
 import { spawnSync } from "node:child_process";
 import { describe, expect, it } from "vitest";
+import { OsSummary, parseSummary } from "../../bench/summary.ts";
 import { stdModule } from "../../env-images/osbench/index.ts";
 import { loadOs } from "../../env-images/osbench/instances.ts";
 import { ContainerBackend, detectContainerCli, WORKER_ID, WORKER_LABEL } from "../../env-images/osbench/sandbox.ts";
 import { createOsTask } from "../../env-images/osbench/task.ts";
 import { AGENTBENCH_OS_IMAGES } from "../../shared/agentbench/osImages.ts";
 import { scriptedStats } from "../../shared/env/session.ts";
+import { runProcess } from "../support/cli.ts";
 import { agentBenchDataDir, requireOrSkip } from "./support.ts";
 
 /**
@@ -66,6 +68,29 @@ describe.skipIf(!ready)("os-std in containers", () => {
     } finally {
       await episode.close?.();
     }
+    expect(mine()).toBe("");
+  }, 180_000);
+
+  it("bench:os times episodes at each concurrency and ends with its JSON summary", async () => {
+    const run = await runProcess(
+      process.execPath,
+      ["--import", "tsx", "bench/os.ts", "--episodes", "2", "--concurrency", "1,2"],
+      {
+        timeoutMs: 120_000,
+      },
+    );
+    expect(run.status, run.stderr).toBe(0);
+    const summary = parseSummary(OsSummary, run.stdout);
+    expect(summary).toMatchObject({ task: "os-std", episodes: 2, expertSolved: 4, episodesPerMin4: null });
+    expect(summary.episodesPerMin1).toBeGreaterThan(0);
+    expect(summary.episodesPerMin2).toBeGreaterThan(0);
+    expect(summary.startP50Ms).toBeGreaterThan(0);
+    expect(run.stdout).toMatch(/skipped 3 instances \(52, 53, 55\)/);
+    const refused = await runProcess(process.execPath, ["--import", "tsx", "bench/os.ts", "--concurrency", "0"], {
+      timeoutMs: 60_000,
+    });
+    expect(refused.status).toBe(2);
+    expect(refused.stderr).toMatch(/--concurrency: .*allowed/);
     expect(mine()).toBe("");
   }, 180_000);
 });
