@@ -16,6 +16,7 @@
  * sets the network addresses itself, the container runner puts the containers on one bridge
  * network with the Cloud Map names as aliases.
  */
+
 import { type ChildProcess, spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -28,6 +29,7 @@ import { GetQueueAttributesCommand, GetQueueUrlCommand, SQSClient } from "@aws-s
 import { App } from "aws-cdk-lib";
 import { type ExperimentConfig, parseConfig } from "../../shared/config/index.ts";
 import { ROLE_ACCESS } from "../../shared/config/roleAccess.ts";
+import { sleep } from "../../shared/sleep.ts";
 import { AwsQueue } from "../../shared/transport/aws.ts";
 import type { DeadLetter, QueueName } from "../../shared/transport/types.ts";
 import { buildAgentRlApp } from "../agentRlApp.ts";
@@ -327,9 +329,20 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
     // serves the policy, then the roles that use them.
     for (const definition of byRole("controller")) await start(definition);
     await Promise.all([...byRole("env"), ...byRole("policy")].map(start));
-    await Promise.all(
-      [...byRole("trainer"), ...byRole("feeder"), ...byRole("rollout"), ...byRole("gateway")].map(start),
-    );
+    // The trainer first, alone: it dead-letters its poison message (maxReceiveCount receives)
+    // before any trajectory comes, so a run whose batches fill fast (a gateway group, a loaded
+    // host's slow steps) cannot end before its last receive.
+    await Promise.all(byRole("trainer").map(start));
+    if (consumed.includes("trajectories")) {
+      const poison = poisons.trajectories.body;
+      const trajectories = adminQueue("trajectories");
+      for (let ended = false; !ended; ) {
+        const letters = await trajectories.deadLetters(20);
+        if (letters.some((letter) => letter.body === poison)) break;
+        ended = await Promise.race([finished.then(() => true), sleep(500).then(() => false)]);
+      }
+    }
+    await Promise.all([...byRole("feeder"), ...byRole("rollout"), ...byRole("gateway")].map(start));
     // An agent's session through the gateway (process runner: its URL is on this machine).
     const gatewayUrl = listeningUrls.get("gateway");
     if (gatewayUrl)
