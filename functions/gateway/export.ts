@@ -1,5 +1,6 @@
 import type { Trajectory } from "../../shared/protocol/messages.ts";
 import type { ChatMessage, ToolSpec } from "../../shared/protocol/openai.ts";
+import { TokenLog } from "../../shared/protocol/tokenLog.ts";
 import { extendsTokens } from "./conversation.ts";
 import type { CallRecord, Session } from "./session.ts";
 
@@ -13,39 +14,18 @@ import type { CallRecord, Session } from "./session.ts";
  * conversation, without joining token sequences that never followed each other.
  */
 
-/** Token-aligned arrays of one segment, as a Trajectory holds them. */
+/** One segment: its calls, and their tokens as a Trajectory holds them. */
 export interface Segment {
   readonly calls: CallRecord[];
-  readonly tokenIds: number[];
-  readonly lossMask: Array<0 | 1>;
-  readonly logprobs: number[];
-  readonly fullLogprobs: number[];
-  readonly policyVersion: number[];
-  readonly policyPool: Array<string | null>;
-}
-
-function newSegment(): Segment {
-  return { calls: [], tokenIds: [], lossMask: [], logprobs: [], fullLogprobs: [], policyVersion: [], policyPool: [] };
+  readonly tokens: TokenLog;
 }
 
 function appendCall(segment: Segment, call: CallRecord): void {
-  for (const id of call.promptIds.slice(segment.tokenIds.length)) {
-    segment.tokenIds.push(id);
-    segment.lossMask.push(0);
-    segment.logprobs.push(0);
-    segment.fullLogprobs.push(0);
-    segment.policyVersion.push(-1);
-    segment.policyPool.push(null);
-  }
-  call.completionIds.forEach((id, i) => {
-    segment.tokenIds.push(id);
-    // only traced tokens of our own pools are trained; an external member's answer is context
-    segment.lossMask.push(call.traced ? 1 : 0);
-    segment.logprobs.push(call.traced ? (call.logprobs[i] as number) : 0);
-    segment.fullLogprobs.push(call.traced ? (call.fullLogprobs[i] as number) : 0);
-    segment.policyVersion.push(call.traced ? (call.versions[i] as number) : -1);
-    segment.policyPool.push(call.pool);
-  });
+  segment.tokens.context(call.promptIds.slice(segment.tokens.length));
+  // only traced tokens of our own pools are trained; an external member's answer is context
+  if (call.traced)
+    segment.tokens.generated(call.completionIds, call.logprobs, call.fullLogprobs, call.versions, call.pool);
+  else segment.tokens.context(call.completionIds, call.pool);
   segment.calls.push(call);
 }
 
@@ -56,9 +36,9 @@ export function mergeCalls(calls: readonly CallRecord[]): Segment[] {
     // the newest segment first: an agent that re-sends its history continues its latest turn
     let target: Segment | undefined;
     for (let i = segments.length - 1; i >= 0 && !target; i--)
-      if (extendsTokens(call.promptIds, (segments[i] as Segment).tokenIds)) target = segments[i];
+      if (extendsTokens(call.promptIds, (segments[i] as Segment).tokens.tokenIds)) target = segments[i];
     if (!target) {
-      target = newSegment();
+      target = { calls: [], tokens: new TokenLog() };
       segments.push(target);
     }
     appendCall(target, call);
@@ -120,7 +100,8 @@ export function trajectoriesOf(session: Session, segments: readonly Segment[], c
     const messages: ChatMessage[] = [...last.messages, last.answer];
     const tools: ToolSpec[] = [...last.tools];
     const reward = segmentReward(segment, session.reward) ?? 0;
-    const trained = segment.lossMask.reduce<number>((sum, m) => sum + m, 0);
+    const { tokens } = segment;
+    const trained = tokens.lossMask.reduce<number>((sum, m) => sum + m, 0);
     const policyMs = segment.calls.reduce((sum, c) => sum + c.policyMs, 0);
     return {
       schemaVersion: 1,
@@ -133,13 +114,13 @@ export function trajectoriesOf(session: Session, segments: readonly Segment[], c
       groupSize: context.groupSize,
       messages,
       tools,
-      tokenIds: segment.tokenIds,
-      lossMask: segment.lossMask,
-      logprobs: segment.logprobs,
+      tokenIds: tokens.tokenIds,
+      lossMask: tokens.lossMask,
+      logprobs: tokens.logprobs,
       behaviorLogprobs: context.behaviorLogprobs,
-      ...(context.behaviorLogprobs === "full" ? {} : { fullLogprobs: segment.fullLogprobs }),
-      policyVersion: segment.policyVersion,
-      policyPool: segment.policyPool,
+      ...(context.behaviorLogprobs === "full" ? {} : { fullLogprobs: tokens.fullLogprobs }),
+      policyVersion: tokens.policyVersion,
+      policyPool: tokens.policyPool,
       reward,
       envReward: reward,
       status: "completed",

@@ -5,6 +5,7 @@ import { type PolicyClient, type PolicyEndpoint, PolicyUnavailableError } from "
 import type { SampleStatus } from "../../shared/protocol/envApi.ts";
 import type { RolloutRequest, Trajectory } from "../../shared/protocol/messages.ts";
 import type { ChatMessage, GenerationTrace } from "../../shared/protocol/openai.ts";
+import { TokenLog } from "../../shared/protocol/tokenLog.ts";
 import { trajectoryKey } from "../../shared/protocol/trajectoryKeys.ts";
 import { hashString, seededRandomFrom } from "../../shared/rl/random.ts";
 import type { PolicyPool } from "./pool.ts";
@@ -30,52 +31,6 @@ export function trajectoryIdOf(request: Pick<RolloutRequest, "groupId" | "sample
 }
 
 export { trajectoryKey };
-
-/** Accumulates the token-aligned arrays of a trajectory. */
-class TokenLog {
-  readonly tokenIds: number[] = [];
-  readonly lossMask: Array<0 | 1> = [];
-  /** Behaviour log-probs, of the kind `rollout.behaviorLogprobs` names. */
-  readonly logprobs: number[] = [];
-  /** Full-vocabulary log-probs (what the trainer recomputes). */
-  readonly fullLogprobs: number[] = [];
-  readonly policyVersion: number[] = [];
-  readonly policyPool: Array<string | null> = [];
-
-  /** Prompt / observation tokens (or tokens we have no behaviour log-probs for): mask 0. */
-  context(ids: readonly number[], pool: string | null = null): void {
-    for (const id of ids) {
-      this.tokenIds.push(id);
-      this.lossMask.push(0);
-      this.logprobs.push(0);
-      this.fullLogprobs.push(0);
-      this.policyVersion.push(-1);
-      this.policyPool.push(pool);
-    }
-  }
-
-  /** Generated tokens with their behaviour and full log-probs and versions: mask 1. */
-  generated(
-    ids: readonly number[],
-    behaviour: readonly number[],
-    full: readonly number[],
-    versions: readonly number[],
-    pool: string,
-  ): void {
-    ids.forEach((id, i) => {
-      this.tokenIds.push(id);
-      this.lossMask.push(1);
-      this.logprobs.push(behaviour[i] as number);
-      this.fullLogprobs.push(full[i] as number);
-      this.policyVersion.push(versions[i] as number);
-      this.policyPool.push(pool);
-    });
-  }
-
-  get length(): number {
-    return this.tokenIds.length;
-  }
-}
 
 function sameTokens(a: readonly number[], b: readonly number[]): boolean {
   if (a.length !== b.length) return false;

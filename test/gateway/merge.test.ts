@@ -41,12 +41,12 @@ describe("mergeCalls: exact token prefix", () => {
     // call 0: prompt [1 2 3], completion [4 5]; call 1: prompt [1 2 3 4 5 6 7] (new: 6 7), completion [8]
     const [segment, ...rest] = mergeCalls([call(0, [1, 2, 3], [4, 5]), call(1, [1, 2, 3, 4, 5, 6, 7], [8])]);
     expect(rest).toEqual([]);
-    expect(segment?.tokenIds).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
-    expect(segment?.lossMask).toEqual([0, 0, 0, 1, 1, 0, 0, 1]);
-    expect(segment?.logprobs).toEqual([0, 0, 0, -0.5, -0.5, 0, 0, -0.5]);
-    expect(segment?.fullLogprobs).toEqual([0, 0, 0, -0.4, -0.4, 0, 0, -0.4]);
-    expect(segment?.policyVersion).toEqual([-1, -1, -1, 2, 2, -1, -1, 2]);
-    expect(segment?.policyPool).toEqual([null, null, null, "current", "current", null, null, "current"]);
+    expect(segment?.tokens.tokenIds).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
+    expect(segment?.tokens.lossMask).toEqual([0, 0, 0, 1, 1, 0, 0, 1]);
+    expect(segment?.tokens.logprobs).toEqual([0, 0, 0, -0.5, -0.5, 0, 0, -0.5]);
+    expect(segment?.tokens.fullLogprobs).toEqual([0, 0, 0, -0.4, -0.4, 0, 0, -0.4]);
+    expect(segment?.tokens.policyVersion).toEqual([-1, -1, -1, 2, 2, -1, -1, 2]);
+    expect(segment?.tokens.policyPool).toEqual([null, null, null, "current", "current", null, null, "current"]);
   });
 
   it("starts a new segment when one token differs, and keeps an external member's answer as context", () => {
@@ -56,19 +56,19 @@ describe("mergeCalls: exact token prefix", () => {
       call(1, [1, 2, 3, 9, 5, 6], [7], { traced: false, pool: "external:m" }),
       call(2, [1, 2, 3, 4, 5, 6], [8]),
     ]);
-    expect(segments.map((s) => s.tokenIds)).toEqual([
+    expect(segments.map((s) => s.tokens.tokenIds)).toEqual([
       [1, 2, 3, 4, 5, 6, 8],
       [1, 2, 3, 9, 5, 6, 7],
     ]);
-    expect(segments[1]?.lossMask).toEqual([0, 0, 0, 0, 0, 0, 0]);
-    expect(segments[1]?.policyVersion.at(-1)).toBe(-1);
+    expect(segments[1]?.tokens.lossMask).toEqual([0, 0, 0, 0, 0, 0, 0]);
+    expect(segments[1]?.tokens.policyVersion.at(-1)).toBe(-1);
     expect(segments[0]?.calls.map((c) => c.completionId)).toEqual(["c0", "c2"]);
   });
 
   it("takes calls in completion order, whatever order they are listed in", () => {
     const segments = mergeCalls([call(1, [1, 2, 3, 4], [5]), call(0, [1, 2], [3])]);
     expect(segments).toHaveLength(1);
-    expect(segments[0]?.tokenIds).toEqual([1, 2, 3, 4, 5]);
+    expect(segments[0]?.tokens.tokenIds).toEqual([1, 2, 3, 4, 5]);
   });
 
   it("a segment's reward is its last per-call reward, else the session's", () => {
