@@ -3,6 +3,7 @@ import { hostname } from "node:os";
 import { join } from "node:path";
 import { maskedCrc32c } from "./crc32c.ts";
 import { ProtoWriter } from "./protobuf.ts";
+import type { RunStatus, TrackerRecord, TrackerSink } from "./tracker.ts";
 
 /**
  * TensorBoard event files written natively: TFRecord frames (length, masked CRC-32C of the
@@ -38,8 +39,13 @@ function event(step: number, wallTime: number, summary?: ProtoWriter, fileVersio
 /** A histogram of `values` in `buckets` equal-width buckets, as HistogramProto. */
 export function histogramProto(values: readonly number[], buckets = 30): ProtoWriter {
   const finite = values.filter(Number.isFinite);
-  const min = finite.length ? Math.min(...finite) : 0;
-  const max = finite.length ? Math.max(...finite) : 0;
+  // a loop, not Math.min(...values): a step's token staleness can be more values than call arguments
+  let min = finite.length ? Number.POSITIVE_INFINITY : 0;
+  let max = finite.length ? Number.NEGATIVE_INFINITY : 0;
+  for (const v of finite) {
+    if (v < min) min = v;
+    if (v > max) max = v;
+  }
   const width = max > min ? (max - min) / buckets : 1;
   const limits = Array.from({ length: buckets }, (_, i) => (i === buckets - 1 ? max : min + width * (i + 1)));
   const counts = new Array<number>(buckets).fill(0);
@@ -83,34 +89,59 @@ export class TensorBoardWriter {
   }
 
   /** Every finite value as a scalar at `step` (tags as given: `loss/total`, `task/db/success`). */
-  scalars(step: number, values: Readonly<Record<string, number>>): void {
+  scalars(step: number, values: Readonly<Record<string, number>>, wallTime = this.now()): void {
     const summary = new ProtoWriter();
     for (const [tag, value] of Object.entries(values)) {
       if (!Number.isFinite(value)) continue;
       summary.message(1, new ProtoWriter().string(1, tag).float(2, value));
     }
-    this.write(event(step, this.now() / 1000, summary));
+    this.write(event(step, wallTime / 1000, summary));
   }
 
-  histogram(step: number, tag: string, values: readonly number[]): void {
+  histogram(step: number, tag: string, values: readonly number[], wallTime = this.now()): void {
     const summary = new ProtoWriter().message(1, new ProtoWriter().string(1, tag).message(5, histogramProto(values)));
-    this.write(event(step, this.now() / 1000, summary));
+    this.write(event(step, wallTime / 1000, summary));
   }
 
   /** Markdown text (the text plugin's string tensor): the closing evaluation table, for one. */
-  text(step: number, tag: string, markdown: string): void {
+  text(step: number, tag: string, markdown: string, wallTime = this.now()): void {
     const metadata = new ProtoWriter().message(1, new ProtoWriter().string(1, "text"));
     const tensor = new ProtoWriter()
       .int64(1, 7) // DT_STRING
       .message(2, new ProtoWriter()) // a scalar shape
       .bytes(8, new TextEncoder().encode(markdown));
     const value = new ProtoWriter().string(1, tag).message(8, tensor).message(9, metadata);
-    this.write(event(step, this.now() / 1000, new ProtoWriter().message(1, value)));
+    this.write(event(step, wallTime / 1000, new ProtoWriter().message(1, value)));
   }
 
   close(): void {
     if (this.fd === undefined) return;
     closeSync(this.fd);
     this.fd = undefined;
+  }
+}
+
+/** TensorBoard as a tracker sink: the event file is opened on the first write, so a folder that cannot be made is a dropped write, not a failed trainer. */
+export class TensorBoardSink implements TrackerSink {
+  readonly name = "tensorboard";
+  private writer: TensorBoardWriter | undefined;
+
+  constructor(
+    private readonly dir: string,
+    private readonly now: () => number = Date.now,
+  ) {}
+
+  async write(records: readonly TrackerRecord[]): Promise<void> {
+    this.writer ??= new TensorBoardWriter(this.dir, this.now);
+    for (const record of records) {
+      if (record.kind === "scalars") this.writer.scalars(record.step, record.values, record.wallTime);
+      else if (record.kind === "histogram")
+        this.writer.histogram(record.step, record.tag, record.values, record.wallTime);
+      else if (record.kind === "text") this.writer.text(record.step, record.tag, record.markdown, record.wallTime);
+    }
+  }
+
+  async finish(_status: RunStatus): Promise<void> {
+    this.writer?.close();
   }
 }
