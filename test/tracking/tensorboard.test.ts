@@ -1,8 +1,10 @@
 import { execFileSync } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
+import { parseConfig } from "../../shared/config/index.ts";
 import { crc32c, maskedCrc32c } from "../../shared/tracking/crc32c.ts";
+import { openTrackers } from "../../shared/tracking/index.ts";
 import { TensorBoardWriter } from "../../shared/tracking/tensorboard.ts";
 import { commandMissing, requireOrSkip } from "../support/requirements.ts";
 import { tempDir } from "../support/tmp.ts";
@@ -93,5 +95,36 @@ describe.skipIf(!ready)("TensorBoard event files", () => {
     expect(textOut).toContain('1: "text"');
     expect(textOut).toContain("| v4 | 12.0 |");
     expect(textOut).toMatch(/^2: 4$/m);
+  });
+
+  it("is written through the tracker queue: the trainer's scalars, histograms and the evaluation text, in order", async () => {
+    const runFolder = tempDir("agentrl-tb-");
+    const warnings: string[] = [];
+    const tracker = openTrackers(parseConfig({}).tracking, {
+      runFolder,
+      runName: "r",
+      env: {},
+      warn: (m) => warnings.push(m),
+    });
+    tracker.params({ lr: "0.1" }); // TensorBoard has no params: ignored
+    tracker.scalars(1, { "loss/total": 0.5, "tracking/dropped": 0 });
+    tracker.histogram(
+      1,
+      "staleness",
+      Array.from({ length: 200_000 }, (_, i) => i % 3),
+    ); // more than a call's arguments
+    tracker.text(2, "evaluation", "| policy | avg |");
+    await tracker.finish("FINISHED");
+    expect(warnings).toEqual([]);
+    expect(tracker.dropped).toBe(0);
+    const dir = join(runFolder, "tensorboard");
+    const [file, ...others] = readdirSync(dir);
+    expect(others).toEqual([]);
+    const records = frames(readFileSync(join(dir, file!))).map(decodeRaw);
+    expect(records).toHaveLength(4);
+    expect(records[1]).toContain('1: "loss/total"');
+    expect(records[2]).toContain('1: "staleness"');
+    expect(records[2]).toMatch(/5 \{[^}]*2: 0x4000000000000000/s); // max = 2.0
+    expect(records[3]).toContain("| policy | avg |");
   });
 });
