@@ -3,20 +3,25 @@ import { appendFile, mkdir, open } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import type { Command } from "commander";
 import type { ExperimentConfig } from "../../shared/config/index.ts";
+import { createLogger } from "../../shared/log.ts";
+import type { ServiceMetrics } from "../../shared/metrics.ts";
 import { flattenParams, openTrackers, type Tracker } from "../../shared/tracking/index.ts";
+import { type MetricsCliOptions, startRoleMetrics, withMetricsOptions } from "../metricsOptions.ts";
 import { configFromOptions, withConfigOptions } from "../options.ts";
 
 /** `agentrl trainer`: the learner; one JSON line per step on stdout, metrics as JSONL. */
 export function register(program: Command): void {
-  withConfigOptions(
-    program
-      .command("trainer")
-      .description(
-        "train on finished trajectories: a new version every optimizer step, every trainer.checkpointEvery-th published as policies/vN/",
-      ),
+  withMetricsOptions(
+    withConfigOptions(
+      program
+        .command("trainer")
+        .description(
+          "train on finished trajectories: a new version every optimizer step, every trainer.checkpointEvery-th published as policies/vN/",
+        ),
+    ),
   )
     .option("--metrics <file>", "metrics JSONL file (default <runDir>/<experimentId>/metrics.jsonl)")
-    .action(async (options: { config?: string; set?: string[]; metrics?: string }) => {
+    .action(async (options: { config?: string; set?: string[]; metrics?: string } & MetricsCliOptions) => {
       const config = await configFromOptions(options);
       const { createRoleTransport } = await import("../../shared/transport/index.ts");
       const { runTrainer } = await import("../../trainer-image/trainer/index.ts");
@@ -32,6 +37,8 @@ export function register(program: Command): void {
       process.once("SIGINT", () => stop.abort());
       process.once("SIGTERM", () => stop.abort());
       const tracker = startTrackers(config, dirname(metricsFile));
+      const roleMetrics = await startRoleMetrics("trainer", options, createLogger({ role: "trainer" }));
+      const onStepMetrics = roleMetrics ? stepGauges(roleMetrics.metrics) : undefined;
       process.stdout.write(`${JSON.stringify({ event: "started", role: "trainer", metrics: metricsFile })}\n`);
       let status: "FINISHED" | "FAILED" = "FAILED";
       try {
@@ -44,6 +51,7 @@ export function register(program: Command): void {
                 : line;
             await appendFile(metricsFile, `${JSON.stringify(withDrops)}\n`);
             tracker.scalars(line.step, withDrops.metrics);
+            onStepMetrics?.(line.step, withDrops.metrics);
           },
           distributions: (step, { advantages, staleness }) => {
             tracker.histogram(step, "advantages", advantages);
@@ -58,9 +66,24 @@ export function register(program: Command): void {
         status = "FINISHED";
       } finally {
         await tracker.finish(status);
+        await roleMetrics?.close();
         await transport.close();
       }
     });
+}
+
+/**
+ * The trainer's /metrics: its step and every metric of the newest step as
+ * `agentrl_trainer_metric{key}` (staleness, throughput, losses, buffered trajectories). Queue
+ * depths come from the feeder, which holds the grant to read them; the trainer does not.
+ */
+function stepGauges(metrics: ServiceMetrics): (step: number, values: Readonly<Record<string, number>>) => void {
+  const stepGauge = metrics.gauge("agentrl_trainer_step", "trainer steps done (the newest step)");
+  const values = metrics.gauge("agentrl_trainer_metric", "the newest step's metrics.jsonl values by key", ["key"]);
+  return (step, line) => {
+    stepGauge.set(step);
+    for (const [key, value] of Object.entries(line)) if (Number.isFinite(value)) values.set({ key }, value);
+  };
 }
 
 /**

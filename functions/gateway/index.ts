@@ -1,10 +1,12 @@
 /** The gateway role: an OpenAI-compatible endpoint that records any agent's calls as trajectories. */
+
 import { codecOfVersion } from "../../shared/chat/checkpoint.ts";
 import type { ChatCodec } from "../../shared/chat/codec.ts";
 import type { ExperimentConfig } from "../../shared/config/index.ts";
 import { AgentRlError } from "../../shared/errors.ts";
 import { listen } from "../../shared/http.ts";
 import { createLogger, type Logger } from "../../shared/log.ts";
+import type { ServiceMetrics } from "../../shared/metrics.ts";
 import { PolicyClient } from "../../shared/policy/client.ts";
 import { PolicyPool, type PoolUrls } from "../../shared/policy/pool.ts";
 import { newestVersion, readManifest } from "../../shared/protocol/checkpoints.ts";
@@ -54,7 +56,12 @@ export async function startGateway(
   transport: Transport,
   urls: PoolUrls,
   secrets: Secrets,
-  options: { readonly log?: Logger; readonly port?: number; readonly signal?: AbortSignal } = {},
+  options: {
+    readonly log?: Logger;
+    readonly port?: number;
+    readonly signal?: AbortSignal;
+    readonly metrics?: ServiceMetrics;
+  } = {},
 ): Promise<RunningGateway> {
   const log = options.log ?? createLogger({ role: "gateway", experimentId: config.experimentId });
   if (!secrets.gatewayAdminKey)
@@ -75,6 +82,7 @@ export async function startGateway(
     adminKey: secrets.gatewayAdminKey,
     publicUrl: () => publicUrl,
     log,
+    ...(options.metrics ? { metrics: options.metrics } : {}),
   });
   const port = options.port ?? config.gateway.port ?? 0;
   const http = await listen(gateway.app, port, config.gateway.host, config.limits.http);
