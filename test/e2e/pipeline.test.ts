@@ -16,6 +16,8 @@ import {
   storedTrajectories,
   tinyConfig as tinyTrainingConfig,
 } from "../support/pipelineRun.ts";
+import { commandMissing, requireOrSkip } from "../support/requirements.ts";
+import { decodeEventFolder } from "../support/tfrecord.ts";
 import { tempDir } from "../support/tmp.ts";
 
 /** Trainer steps of a run; the faulted one runs longer, so its faults land before the run ends. */
@@ -94,7 +96,29 @@ async function runAndCheck(config: ExperimentConfig, base: string, faults = fals
   expect(result.evals.map((e) => e.policy)).toEqual(["v0 (base) T=1 k=2", `v${steps} T=1 k=2`]);
   for (const row of result.evals.flatMap((e) => e.tasks)) expect(row).toMatchObject({ episodes: 2, samples: 2 });
   expect(result.reportFile).toBe(join(runDir, "report.html"));
+
+  // TensorBoard (tracking.tensorboard on by default): every metric key the run logged with a
+  // finite value, the histograms and the closing evaluation's table, read back by protoc.
+  if (hasProtoc) {
+    const decoded = decodeEventFolder(join(runDir, "tensorboard")).join("\n");
+    const keys = new Set(
+      records.flatMap((r) =>
+        Object.entries(r.metrics)
+          .filter(([, v]) => Number.isFinite(v))
+          .map(([k]) => k),
+      ),
+    );
+    for (const key of keys) expect(decoded, key).toContain(`tag: "${key}"`);
+    for (const tag of ["advantages", "staleness", "evaluation"]) expect(decoded).toContain(`tag: "${tag}"`);
+    expect(decoded).toContain('plugin_name: "text"');
+  }
 }
+
+const hasProtoc = requireOrSkip(
+  "pipeline.test.ts",
+  "TensorBoard files of a run decoded by protoc",
+  commandMissing("protoc", "apt-get install -y protobuf-compiler"),
+);
 
 /** Poll period of the fault injector (it reads logs and lists the store). */
 const POLL_MS = 200;

@@ -1,4 +1,3 @@
-import { execFileSync } from "node:child_process";
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
@@ -7,6 +6,7 @@ import { crc32c, maskedCrc32c } from "../../shared/tracking/crc32c.ts";
 import { openTrackers } from "../../shared/tracking/index.ts";
 import { TensorBoardWriter } from "../../shared/tracking/tensorboard.ts";
 import { commandMissing, requireOrSkip } from "../support/requirements.ts";
+import { decodeEventFolder, decodeRaw, tfRecordFrames } from "../support/tfrecord.ts";
 import { tempDir } from "../support/tmp.ts";
 
 /**
@@ -21,24 +21,6 @@ const ready = requireOrSkip(
 );
 
 const ascii = (text: string) => new TextEncoder().encode(text);
-
-/** The frames of a TFRecord file, each CRC checked. */
-function frames(bytes: Uint8Array): Uint8Array[] {
-  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  const out: Uint8Array[] = [];
-  for (let at = 0; at < bytes.length; ) {
-    const length = Number(view.getBigUint64(at, true));
-    expect(view.getUint32(at + 8, true)).toBe(maskedCrc32c(bytes.subarray(at, at + 8)));
-    const record = bytes.subarray(at + 12, at + 12 + length);
-    expect(view.getUint32(at + 12 + length, true)).toBe(maskedCrc32c(record));
-    out.push(record);
-    at += 12 + length + 4;
-  }
-  return out;
-}
-
-const decodeRaw = (record: Uint8Array): string =>
-  execFileSync("protoc", ["--decode_raw"], { input: record }).toString();
 
 /** protoc prints a fixed32 field as hex: the float32 bits of `value`. */
 function float32Hex(value: number): string {
@@ -73,7 +55,7 @@ describe.skipIf(!ready)("TensorBoard event files", () => {
     writer.text(4, "evaluation", "| policy | db |\n|---|---|\n| v4 | 12.0 |");
     writer.close();
     expect(writer.file).toMatch(/events\.out\.tfevents\.\d+\./);
-    const [version, scalars, histogram, text, ...rest] = frames(readFileSync(join(writer.file)));
+    const [version, scalars, histogram, text, ...rest] = tfRecordFrames(readFileSync(join(writer.file)));
     expect(rest).toEqual([]);
 
     expect(decodeRaw(version!)).toMatch(/3: "brain.Event:2"/);
@@ -107,7 +89,7 @@ describe.skipIf(!ready)("TensorBoard event files", () => {
       warn: (m) => warnings.push(m),
     });
     tracker.params({ lr: "0.1" }); // TensorBoard has no params: ignored
-    tracker.scalars(1, { "loss/total": 0.5, "tracking/dropped": 0 });
+    tracker.scalars(1, { "loss/total": 0.5, "tracking/dropped": 0, "staleness/0": 12 });
     tracker.histogram(
       1,
       "staleness",
@@ -120,11 +102,18 @@ describe.skipIf(!ready)("TensorBoard event files", () => {
     const dir = join(runFolder, "tensorboard");
     const [file, ...others] = readdirSync(dir);
     expect(others).toEqual([]);
-    const records = frames(readFileSync(join(dir, file!))).map(decodeRaw);
+    const records = tfRecordFrames(readFileSync(join(dir, file!))).map(decodeRaw);
     expect(records).toHaveLength(4);
     expect(records[1]).toContain('1: "loss/total"');
     expect(records[2]).toContain('1: "staleness"');
     expect(records[2]).toMatch(/5 \{[^}]*2: 0x4000000000000000/s); // max = 2.0
     expect(records[3]).toContain("| policy | avg |");
+    // decoded with types (TensorFlow's field numbers): every tag as a string, whatever its bytes
+    const typed = decodeEventFolder(dir);
+    expect(typed[0]).toContain('file_version: "brain.Event:2"');
+    for (const tag of ["loss/total", "tracking/dropped", "staleness/0"]) expect(typed[1]).toContain(`tag: "${tag}"`);
+    expect(typed[1]).toContain("simple_value: 12");
+    expect(typed[2]).toMatch(/histo \{[^}]*max: 2[^}]*num: 200000/s);
+    expect(typed[3]).toContain('plugin_name: "text"');
   });
 });
