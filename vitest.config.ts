@@ -1,4 +1,5 @@
 import { defineConfig } from "vitest/config";
+import LongFirstSequencer from "./test/support/sequencer.ts";
 
 export default defineConfig({
   test: {
@@ -9,6 +10,7 @@ export default defineConfig({
     testTimeout: 60_000,
     hookTimeout: 60_000,
     pool: "forks",
+    sequence: { sequencer: LongFirstSequencer },
     poolOptions: { forks: { maxForks: 2, minForks: 1 } },
     reporters: process.env.CI ? ["default"] : ["default"],
   },

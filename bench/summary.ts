@@ -98,6 +98,25 @@ export const ControllerSummary = z.object({
 });
 export type ControllerSummary = z.infer<typeof ControllerSummary>;
 
+/** `npm run bench:os`. */
+export const OsSummary = z.object({
+  task: z.string(),
+  /** Episodes per concurrency level. */
+  episodes: z.number(),
+  /** Episodes per minute with 1, 2 and 4 at a time; null for a level the run left out. */
+  episodesPerMin1: Figure,
+  episodesPerMin2: Figure,
+  episodesPerMin4: Figure,
+  /** Container, init and start script, median over every episode of the run. */
+  startP50Ms: Figure,
+  /** The first bash_action's answer, median. */
+  firstObservationP50Ms: Figure,
+  /** Episodes the expert solved, all levels together. */
+  expertSolved: z.number(),
+  load1: z.number(),
+});
+export type OsSummary = z.infer<typeof OsSummary>;
+
 /** A figure for the summary: rounded to 3 decimals, null when not finite. */
 export function figure(x: number | undefined): number | null {
   return x === undefined || !Number.isFinite(x) ? null : Math.round(x * 1000) / 1000;

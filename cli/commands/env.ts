@@ -94,17 +94,20 @@ export function register(program: Command): void {
       // Read for tasks.agentbench.dir (the AgentBench tasks' data folder).
       if (options.config || options.set?.length) await configFromOptions(options);
       const module = await loadTask(name);
-      const { scriptedStats } = await import("../../shared/env/session.ts");
+      const { runnableIndices, scriptedStats } = await import("../../shared/env/session.ts");
       const range = module.task.splits[options.split];
-      const count = Math.min(options.n, range.end - range.start);
-      const indices = Array.from({ length: count }, (_, i) => range.start + i);
+      const first = Array.from({ length: Math.min(options.n, range.end - range.start) }, (_, i) => range.start + i);
+      const { indices, skipped } = runnableIndices(module.task, first);
+      const count = indices.length;
       const lines: string[] = [];
+      for (const [why, which] of skipped)
+        lines.push(`${name}: skipped ${which.length} of ${first.length} (${which.join(", ")}): ${why}`);
       let failed = false;
       for (const agent of [module.expert, module.random]) {
         const stats = await scriptedStats(module.task, agent, indices);
-        if (agent === module.expert && stats.successes === 0) failed = true;
+        if (agent === module.expert && count > 0 && stats.successes === 0) failed = true;
         lines.push(
-          `${name} ${options.split}[${range.start}..${range.start + count}) ${agent.name}: success ${(100 * stats.successRate).toFixed(1)}% ` +
+          `${name} ${options.split}[${range.start}..${range.start + first.length}) ${agent.name}: success ${(100 * stats.successRate).toFixed(1)}% ` +
             `(${stats.successes}/${count}), avg reward ${stats.meanReward.toFixed(3)}, avg turns ${stats.meanTurns.toFixed(2)}, ` +
             `statuses ${JSON.stringify(stats.statuses)}`,
         );

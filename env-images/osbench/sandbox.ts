@@ -32,6 +32,8 @@ export interface Sandbox {
   run(argv: readonly string[], options?: { timeoutMs?: number; signal?: AbortSignal }): Promise<RunResult>;
   /** The episode's one interactive root bash in /root, opened on first use. */
   shell(): PersistentShell;
+  /** Why the sandbox was stopped for exceeding a limit the agent controls (its disk), if it was. */
+  readonly limitExceeded: string | undefined;
   /** Removes the sandbox and everything in it; safe to call twice. */
   close(): Promise<void>;
 }
@@ -43,8 +45,20 @@ export interface SandboxBackend {
   sweepOrphans(): Promise<number>;
 }
 
-/** Upstream's per-container limits (1 GB, no swap, 2 CPUs) plus a process cap for fork bombs. */
-export const CONTAINER_LIMITS = { memory: "1g", cpus: "2", pids: 512 } as const;
+/**
+ * Upstream's per-container limits (1 GB, no swap, 2 CPUs) plus a process cap for fork bombs and a
+ * disk cap: a container's writable layer lives on the host's disk, which upstream leaves open to a
+ * `dd` of the agent. No file may grow past `diskBytes` (RLIMIT_FSIZE), and a watch of the layer's
+ * size stops every process of the episode once it passes `diskBytes` in all.
+ */
+export const CONTAINER_LIMITS = { memory: "1g", cpus: "2", pids: 512, diskBytes: 1 << 30 } as const;
+
+export interface DiskGuard {
+  /** Most bytes the container's writable layer may hold. @default CONTAINER_LIMITS.diskBytes */
+  readonly diskBytes: number;
+  /** How often its size is read. @default 2000 */
+  readonly pollMs: number;
+}
 
 export const LABEL = "org.agentrl.os";
 export const WORKER_LABEL = "org.agentrl.os.worker";
@@ -119,11 +133,15 @@ export class ContainerBackend implements SandboxBackend {
   /** podman's default runtime (crun) cannot start containers under cgroups v1 hybrid mode; runc can. */
   private readonly runtimeFlags: readonly string[];
 
+  private readonly disk: DiskGuard;
+
   constructor(
     private readonly bin: "podman" | "docker",
     private readonly shellLimits?: ShellLimits,
+    disk: Partial<DiskGuard> = {},
   ) {
     this.name = bin;
+    this.disk = { diskBytes: CONTAINER_LIMITS.diskBytes, pollMs: 2_000, ...disk };
     this.runtimeFlags = bin === "podman" && existsSync(RUNC) ? ["--runtime", RUNC] : [];
   }
 
@@ -174,6 +192,8 @@ export class ContainerBackend implements SandboxBackend {
       CONTAINER_LIMITS.cpus,
       "--pids-limit",
       String(CONTAINER_LIMITS.pids),
+      "--ulimit",
+      `fsize=${this.disk.diskBytes}:${this.disk.diskBytes}`,
       ...(spec.network ? [] : ["--network", "none"]),
       "--user",
       "root",
@@ -196,7 +216,7 @@ export class ContainerBackend implements SandboxBackend {
         `${this.bin} could not start a sandbox from ${spec.image}: ${started.stderr.toString().trim().slice(-1000)}`,
       );
     }
-    return new ContainerSandbox(this.bin, name, this.shellLimits);
+    return new ContainerSandbox(this.bin, name, this.shellLimits, this.disk);
   }
 
   async sweepOrphans(): Promise<number> {
@@ -221,12 +241,45 @@ export class ContainerBackend implements SandboxBackend {
 class ContainerSandbox implements Sandbox {
   private opened: PersistentShell | undefined;
   private closed: Promise<void> | undefined;
+  private exceeded: string | undefined;
+  private readonly diskWatch: NodeJS.Timeout;
 
   constructor(
     private readonly bin: "podman" | "docker",
     readonly id: string,
-    private readonly shellLimits?: ShellLimits,
-  ) {}
+    private readonly shellLimits: ShellLimits | undefined,
+    private readonly disk: DiskGuard,
+  ) {
+    let reading = false;
+    this.diskWatch = setInterval(() => {
+      if (reading || this.exceeded) return;
+      reading = true;
+      void this.checkDisk().finally(() => {
+        reading = false;
+      });
+    }, disk.pollMs);
+    this.diskWatch.unref();
+  }
+
+  get limitExceeded(): string | undefined {
+    return this.exceeded;
+  }
+
+  /** The writable layer's size; past the cap, every process but pid 1 is killed and stays so. */
+  private async checkDisk(): Promise<void> {
+    const inspected = await execFile(this.bin, ["container", "inspect", "--size", "--format", "{{.SizeRw}}", this.id], {
+      timeoutMs: 60_000,
+    }).catch(() => undefined);
+    const bytes = Number(inspected?.stdout.toString().trim());
+    if (!Number.isFinite(bytes) || bytes <= this.disk.diskBytes || this.closed) return;
+    clearInterval(this.diskWatch);
+    await execFile(this.bin, ["exec", this.id, "bash", "-c", "kill -9 -1"], { timeoutMs: 30_000 }).catch(
+      () => undefined,
+    );
+    // Set once nothing of the episode runs any more: from here on the episode takes no command.
+    this.exceeded = `the episode wrote more than ${this.disk.diskBytes} bytes to the container's disk`;
+    this.opened?.close();
+  }
 
   async run(argv: readonly string[], options: { timeoutMs?: number; signal?: AbortSignal } = {}): Promise<RunResult> {
     const result = await execFile(this.bin, ["exec", "-u", "root", "-w", "/root", this.id, ...argv], options);
@@ -272,6 +325,7 @@ class ContainerSandbox implements Sandbox {
 
   close(): Promise<void> {
     this.closed ??= (async () => {
+      clearInterval(this.diskWatch);
       this.opened?.close();
       await execFile(this.bin, ["rm", "-f", "-t", "0", this.id], { timeoutMs: 60_000 }).catch(() => undefined);
     })();

@@ -56,8 +56,18 @@ class OsEpisode implements Episode {
   async call(tool: string, args: unknown, signal: AbortSignal): Promise<StepResult> {
     if (tool === "bash_action") {
       const { script } = BashActionArgs.parse(args);
+      // A disk-filling agent ends its own episode, scored 0 as an invalid action.
+      const stopped = (output: string) => {
+        const exceeded = this.sandbox.limitExceeded;
+        return exceeded
+          ? { observation: `${output}${exceeded}: the episode ends.`, finish: "agent invalid action" as const }
+          : undefined;
+      };
+      const before = stopped("");
+      if (before) return before;
       const result = await this.sandbox.shell().run(script, signal);
-      return { observation: bashObservation(result.output) };
+      const observation = bashObservation(result.output);
+      return stopped(`${observation}\n`) ?? { observation };
     }
     // finish_action's thought and answer_action's answer are both what the checks receive.
     const answer: Committed =
@@ -114,6 +124,12 @@ export function createOsTask(name: OsSplit, options: OsTaskOptions = {}): TaskDe
   const images: Readonly<Record<string, string>> = options.images ?? AGENTBENCH_OS_IMAGES;
   const network = options.network ?? process.env[OS_NETWORK_ENV] === "1";
   const all = { start: 0, end: OS_SIZES[name] };
+  const unavailable = (index: number): string | undefined => {
+    const instance = loadOs(name, options.dataDir)[index];
+    return instance && needsNetwork(instance) && !network
+      ? `installs packages and needs a network: set ${OS_NETWORK_ENV}=1 where containers may reach one`
+      : undefined;
+  };
   return {
     name,
     tools: OS_TOOLS,
@@ -124,16 +140,15 @@ export function createOsTask(name: OsSplit, options: OsTaskOptions = {}): TaskDe
       const instance = loadOs(name, options.dataDir)[index];
       return instance ? instance.file.replace(/^os_interaction\//, "") : undefined;
     },
+    unavailable,
     async start(index: number, signal: AbortSignal): Promise<Episode> {
       const instance = loadOs(name, options.dataDir)[index];
       if (!instance) throw new AgentRlError(`${name} has no instance ${index}`);
       const image = images[instance.image];
       if (!image) throw new AgentRlError(`${name} ${index}: no image for AgentBench's "${instance.image}" subtype`);
       // Offline, these cannot be solved (their init or solution installs a package): say so, not apt's error.
-      if (needsNetwork(instance) && !network)
-        throw new AgentRlError(
-          `${name} ${index} installs packages and needs a network: set ${OS_NETWORK_ENV}=1 where containers may reach one`,
-        );
+      const why = unavailable(index);
+      if (why) throw new AgentRlError(`${name} ${index}: ${why}`);
       const backend = await backendOf();
       const sandbox = await backend.start({ image, network: needsNetwork(instance), task: name }, signal);
       try {

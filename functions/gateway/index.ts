@@ -1,7 +1,5 @@
 /** The gateway role: an OpenAI-compatible endpoint that records any agent's calls as trajectories. */
-
-import { codecOfVersion } from "../../shared/chat/checkpoint.ts";
-import type { ChatCodec } from "../../shared/chat/codec.ts";
+import { NoPolicyVersionError, newestCodec } from "../../shared/chat/checkpoint.ts";
 import type { ExperimentConfig } from "../../shared/config/index.ts";
 import { AgentRlError } from "../../shared/errors.ts";
 import { listen } from "../../shared/http.ts";
@@ -9,9 +7,8 @@ import { createLogger, type Logger } from "../../shared/log.ts";
 import type { ServiceMetrics } from "../../shared/metrics.ts";
 import { PolicyClient } from "../../shared/policy/client.ts";
 import { PolicyPool, type PoolUrls } from "../../shared/policy/pool.ts";
-import { newestVersion, readManifest } from "../../shared/protocol/checkpoints.ts";
 import type { Secrets } from "../../shared/security/secrets.ts";
-import type { ObjectStore, Transport } from "../../shared/transport/types.ts";
+import type { Transport } from "../../shared/transport/types.ts";
 import { createGateway, type Gateway } from "./app.ts";
 
 export * from "./app.ts";
@@ -21,22 +18,6 @@ export * from "./session.ts";
 /** The gateway cannot start (no admin key, no policy version). */
 export class GatewayStartError extends AgentRlError {
   override readonly name = "GatewayStartError";
-}
-
-/** The chat codec of the newest published version (what the policy servers render with), waiting up to `timeoutMs`. */
-export async function newestCodec(
-  checkpoints: ObjectStore,
-  timeoutMs = 60_000,
-  signal?: AbortSignal,
-): Promise<ChatCodec> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const version = await newestVersion(checkpoints);
-    if (version !== undefined) return codecOfVersion(checkpoints, await readManifest(checkpoints, version));
-    if (Date.now() > deadline || signal?.aborted)
-      throw new GatewayStartError(`no policy version with a tokenizer in the checkpoint store after ${timeoutMs} ms`);
-    await new Promise((resolve) => setTimeout(resolve, 500));
-  }
 }
 
 export interface RunningGateway {
@@ -68,7 +49,9 @@ export async function startGateway(
     throw new GatewayStartError(
       "AGENTRL_GATEWAY_ADMIN_KEY is not set: the gateway needs an admin key to open sessions (at least 16 printable characters)",
     );
-  const codec = await newestCodec(transport.store("checkpoints"), undefined, options.signal);
+  const codec = await newestCodec(transport.store("checkpoints"), undefined, options.signal).catch((error: unknown) => {
+    throw error instanceof NoPolicyVersionError ? new GatewayStartError(error.message) : error;
+  });
   let publicUrl = config.gateway.publicUrl ?? "";
   const gateway = createGateway({
     config,

@@ -1,12 +1,9 @@
 /** The rollout role: the agent loop with cross-policy sampling, as a queue consumer. */
-import { codecOfVersion } from "../../shared/chat/checkpoint.ts";
-import type { ChatCodec } from "../../shared/chat/codec.ts";
+import { newestCodec } from "../../shared/chat/checkpoint.ts";
 import type { ExperimentConfig } from "../../shared/config/index.ts";
 import { ControllerClient } from "../../shared/env/client.ts";
-import { AgentRlError } from "../../shared/errors.ts";
 import { createLogger, type Logger } from "../../shared/log.ts";
 import { EngineRecordError, EngineVersionWatch, engineRecordKey } from "../../shared/policy/engine-sync.ts";
-import { newestVersion, readManifest } from "../../shared/protocol/checkpoints.ts";
 import { readSecrets, type Secrets } from "../../shared/security/secrets.ts";
 import type { ObjectStore, Transport } from "../../shared/transport/types.ts";
 import { PolicyPool, type PoolUrls } from "./pool.ts";
@@ -15,26 +12,6 @@ import type { RolloutWorkerOptions } from "./worker.ts";
 export * from "./episode.ts";
 export * from "./pool.ts";
 export * from "./worker.ts";
-
-/**
- * The chat codec of the newest published policy (its tokenizer.json, and the model's own chat
- * template when it was imported from Hugging Face: the same codec the policy server loads),
- * waiting up to `timeoutMs` for a first version to appear.
- */
-export async function loadCodec(
-  checkpoints: ObjectStore,
-  timeoutMs = 60_000,
-  signal?: AbortSignal,
-): Promise<ChatCodec> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const version = await newestVersion(checkpoints);
-    if (version !== undefined) return codecOfVersion(checkpoints, await readManifest(checkpoints, version));
-    if (Date.now() > deadline || signal?.aborted)
-      throw new AgentRlError(`no policy version with a tokenizer in the checkpoint store after ${timeoutMs} ms`);
-    await new Promise((resolve) => setTimeout(resolve, 500));
-  }
-}
 
 /**
  * `rollout.versionSource: sync`: the watch over the sync record of the engine `rollout.syncEngine`
@@ -97,6 +74,6 @@ export async function rolloutDepsFromUrls(
       ...(secrets.policyApiKey ? { apiKey: secrets.policyApiKey } : {}),
       ...(versionSync ? { versionSync } : {}),
     }),
-    codec: await loadCodec(transport.store("checkpoints"), undefined, signal),
+    codec: await newestCodec(transport.store("checkpoints"), undefined, signal),
   };
 }

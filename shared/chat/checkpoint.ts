@@ -1,12 +1,41 @@
 import { z } from "zod";
 import { AgentRlError } from "../errors.ts";
-import { type CheckpointManifest, HF_METADATA_FILE, versionPrefix } from "../protocol/checkpoints.ts";
+import {
+  type CheckpointManifest,
+  HF_METADATA_FILE,
+  newestVersion,
+  readManifest,
+  versionPrefix,
+} from "../protocol/checkpoints.ts";
 import type { ObjectStore } from "../transport/types.ts";
 import { ChatCodec } from "./codec.ts";
 
 /** A checkpoint's tokenizer or chat template cannot be read. */
 export class CheckpointCodecError extends AgentRlError {
   override readonly name = "CheckpointCodecError";
+}
+
+/** No published version appeared in the checkpoint store in time. */
+export class NoPolicyVersionError extends AgentRlError {
+  override readonly name = "NoPolicyVersionError";
+}
+
+/**
+ * The chat codec of the newest published policy, waiting up to `timeoutMs` for a first version:
+ * what the policy servers render with, so the rollout workers and the gateway tokenize as they do.
+ * @example const codec = await newestCodec(transport.store("checkpoints"), 60_000, signal)
+ */
+export async function newestCodec(store: ObjectStore, timeoutMs = 60_000, signal?: AbortSignal): Promise<ChatCodec> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const version = await newestVersion(store);
+    if (version !== undefined) return codecOfVersion(store, await readManifest(store, version));
+    if (Date.now() > deadline || signal?.aborted)
+      throw new NoPolicyVersionError(
+        `no policy version with a tokenizer in the checkpoint store after ${timeoutMs} ms`,
+      );
+    await new Promise((resolve) => setTimeout(resolve, 500));
+  }
 }
 
 /** The part of hf.json (written by a Hugging Face import) that the chat format needs. */

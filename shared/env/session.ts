@@ -230,6 +230,25 @@ export interface ScriptedStats {
   readonly misses: ReadonlyArray<{ index: number; status: string; reward: number; lastObservations: string[] }>;
 }
 
+/**
+ * `indices` split into those this host can run and those it cannot, grouped by the task's reason
+ * (TaskDefinition.unavailable): `env check` scores the first and counts the second.
+ * @example runnableIndices(osStd, [51, 52, 53]) // { indices: [51], skipped: Map { "installs packages…" => [52, 53] } }
+ */
+export function runnableIndices(
+  task: Pick<TaskDefinition, "unavailable">,
+  indices: readonly number[],
+): { indices: number[]; skipped: Map<string, number[]> } {
+  const runnable: number[] = [];
+  const skipped = new Map<string, number[]>();
+  for (const index of indices) {
+    const why = task.unavailable?.(index);
+    if (why === undefined) runnable.push(index);
+    else skipped.set(why, [...(skipped.get(why) ?? []), index]);
+  }
+  return { indices: runnable, skipped };
+}
+
 /** Plays `agent` on each index in turn and sums up the episodes (`env check`, the tasks' own tests). */
 export async function scriptedStats(
   task: TaskDefinition,

@@ -71,6 +71,12 @@ export interface TaskDefinition {
    * success down the way the benchmark reports it; absent for tasks without kinds.
    */
   categoryOf?(index: number): string | undefined;
+  /**
+   * Why instance `index` cannot run where this worker runs (an OS instance that installs packages,
+   * on a host whose containers have no network), or undefined when it can. `env check` skips and
+   * counts such instances instead of scoring them as misses; `start` still refuses them.
+   */
+  unavailable?(index: number): string | undefined;
   /** Frees what the task holds across episodes (a database server, its connections); called once when its worker stops. */
   close?(): Promise<void>;
   /** Builds the episode of instance `index`; deterministic by index. */

@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { loadOs, OS_SIZES, parseOsFile, problemFiles } from "../../env-images/osbench/instances.ts";
-import { needsNetwork } from "../../env-images/osbench/task.ts";
+import { createOsTask, needsNetwork } from "../../env-images/osbench/task.ts";
+import { runnableIndices } from "../../shared/env/session.ts";
 import { agentBenchDataDir, requireOrSkip } from "./support.ts";
 
 /** The published OS interaction instances, read as upstream's loader reads them. */
@@ -66,6 +67,17 @@ describe.skipIf(!ready)("AgentBench OS instances", () => {
     ).toEqual([52, 53, 55]);
     expect(loadOs("os-dev").filter(needsNetwork)).toEqual([]);
     expect(loadOs("os-env_train").filter(needsNetwork)).toEqual([]);
+  });
+
+  it("offline, env check skips those instances and counts them with the reason; with a network it runs them", () => {
+    const indices = [50, 51, 52, 53, 54, 55, 56];
+    const offline = runnableIndices(createOsTask("os-std", { network: false }), indices);
+    expect(offline.indices).toEqual([50, 51, 54, 56]);
+    expect([...offline.skipped.entries()]).toEqual([
+      [expect.stringMatching(/needs a network: set AGENTRL_OS_NETWORK=1/), [52, 53, 55]],
+    ]);
+    const online = runnableIndices(createOsTask("os-std", { network: true }), indices);
+    expect(online).toEqual({ indices, skipped: new Map() });
   });
 
   it("a file-named script is read from the split's script folder", () => {

@@ -1,4 +1,7 @@
 import { spawn, spawnSync } from "node:child_process";
+import { rmSync, writeFileSync } from "node:fs";
+import { hostname, tmpdir } from "node:os";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ContainerBackend, detectContainerCli, type Sandbox } from "../../env-images/osbench/sandbox.ts";
 import { AGENTBENCH_OS_IMAGES } from "../../shared/agentbench/osImages.ts";
@@ -133,4 +136,73 @@ describe.skipIf(!ready)("container sandboxes", () => {
     expect(await backend.sweepOrphans()).toBeGreaterThanOrEqual(1);
     expect(containersNamed(cli!, id)).toBe("");
   }, 120_000);
+
+  it("reads nothing of the host: its files, its processes, its disks, its hostname; mounting is refused", async () => {
+    const marker = join(tmpdir(), `agentrl-host-marker-${process.pid}`);
+    writeFileSync(marker, "host secret\n");
+    try {
+      const probe = await a.run([
+        "bash",
+        "-c",
+        `cat ${marker}; echo "marker=$?"; tr '\\0' ' ' </proc/1/cmdline; echo; ` +
+          "ls /dev | grep -cE '^(sd|vd|nvme|xvd)' ; hostname; mount -t proc proc /mnt 2>/dev/null; echo \"mount=$?\"",
+      ]);
+      const [marked, keeper, disks, name, mounted] = text(probe.stdout).trim().split("\n");
+      expect(marked).toMatch(/^marker=[1-9]/);
+      expect(keeper).toMatch(/^\/bin\/bash -c while :; do sleep 3600 & wait; done/);
+      expect(disks).toBe("0");
+      expect(name).not.toBe(hostname());
+      expect(mounted).toMatch(/^mount=[1-9]/);
+    } finally {
+      rmSync(marker, { force: true });
+    }
+  }, 60_000);
+
+  it("a file stops growing at the disk cap, and a layer past it stops every process of the episode", async () => {
+    // the file cap alone first: a watch that never reads in time
+    const fileCapped = new ContainerBackend(cli ?? "podman", undefined, { diskBytes: 32 << 20, pollMs: 3_600_000 });
+    const f = await fileCapped.start({ image: image!, network: false, task: "test" });
+    try {
+      const one = await f.run([
+        "bash",
+        "-c",
+        "dd if=/dev/zero of=/root/big bs=1M count=64 2>/dev/null; echo $?; stat -c %s /root/big",
+      ]);
+      const [status, size] = text(one.stdout).trim().split("\n");
+      // past RLIMIT_FSIZE the kernel stops dd with SIGXFSZ (25): exit status 128 + 25
+      expect(status).toBe("153");
+      expect(Number(size)).toBe(32 << 20);
+    } finally {
+      await f.close();
+    }
+
+    const capped = new ContainerBackend(cli ?? "podman", undefined, { diskBytes: 32 << 20, pollMs: 300 });
+    const c = await capped.start({ image: image!, network: false, task: "test" });
+    try {
+      expect((await c.shell().run("echo small")).exitCode).toBe(0);
+      await new Promise((resolve) => setTimeout(resolve, 1_000));
+      expect(c.limitExceeded).toBeUndefined();
+      const shell = c.shell();
+      await shell.run("for i in 1 2 3; do dd if=/dev/zero of=/root/f$i bs=1M count=24 2>/dev/null; done; sleep 30");
+      await waitUntil(() => c.limitExceeded !== undefined, 20_000);
+      expect(c.limitExceeded).toMatch(/more than 33554432 bytes/);
+      // the episode's shell and its sleep were killed; the container's keeper lives on
+      const left = await c.run([
+        "bash",
+        "-c",
+        "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done",
+      ]);
+      expect(text(left.stdout)).not.toMatch(/^(sleep 30|dd) /m);
+      expect((await c.run(["true"])).exitCode).toBe(0);
+    } finally {
+      await c.close();
+    }
+  }, 120_000);
 });
+
+async function waitUntil(check: () => boolean, timeoutMs: number): Promise<void> {
+  for (const deadline = Date.now() + timeoutMs; !check(); ) {
+    if (Date.now() > deadline) throw new Error(`not true within ${timeoutMs} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}

@@ -2,7 +2,8 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type EnvApi, loadCodec, PolicyPool, runEpisode } from "../../functions/rollout/index.ts";
+import { type EnvApi, PolicyPool, runEpisode } from "../../functions/rollout/index.ts";
+import { newestCodec } from "../../shared/chat/checkpoint.ts";
 import { parseConfig } from "../../shared/config/index.ts";
 import { createLogger } from "../../shared/log.ts";
 import { importHfFolder } from "../../shared/model/hf/index.ts";
@@ -125,7 +126,7 @@ describe("the agent loop against a served model with the real Qwen vocabulary an
 
   it("over 6 tool turns the trajectory is exactly the ids the server received and produced, rendered with Qwen's template on both sides", async () => {
     // The rollout side loads its codec from the checkpoint (tokenizer.json + hf.json's template).
-    const codec = await loadCodec(new LocalObjectStore(checkpointDir), 1_000);
+    const codec = await newestCodec(new LocalObjectStore(checkpointDir), 1_000);
     const config = parseConfig({
       rollout: { maxTurns: 10, maxTokensPerTurn: 5, maxTotalTokens: 1800, crossPolicy: { enabled: false } },
     });
