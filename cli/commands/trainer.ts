@@ -6,6 +6,7 @@ import type { ExperimentConfig } from "../../shared/config/index.ts";
 import { createLogger } from "../../shared/log.ts";
 import type { ServiceMetrics } from "../../shared/metrics.ts";
 import { flattenParams, openTrackers, type Tracker } from "../../shared/tracking/index.ts";
+import type { Transport } from "../../shared/transport/types.ts";
 import { type MetricsCliOptions, startRoleMetrics, withMetricsOptions } from "../metricsOptions.ts";
 import { configFromOptions, withConfigOptions } from "../options.ts";
 
@@ -36,7 +37,7 @@ export function register(program: Command): void {
       const stop = new AbortController();
       process.once("SIGINT", () => stop.abort());
       process.once("SIGTERM", () => stop.abort());
-      const tracker = startTrackers(config, dirname(metricsFile));
+      const tracker = startTrackers(config, dirname(metricsFile), transport);
       const roleMetrics = await startRoleMetrics("trainer", options, createLogger({ role: "trainer" }));
       const onStepMetrics = roleMetrics ? stepGauges(roleMetrics.metrics) : undefined;
       process.stdout.write(`${JSON.stringify({ event: "started", role: "trainer", metrics: metricsFile })}\n`);
@@ -90,11 +91,13 @@ function stepGauges(metrics: ServiceMetrics): (step: number, values: Readonly<Re
  * The configured trackers (tracking.*), given the run's flattened config as params and its git
  * commit as a tag. A tracker's failures are one warning line and `tracking/dropped`; never a failed step.
  */
-export function startTrackers(config: ExperimentConfig, runFolder: string): Tracker {
+export function startTrackers(config: ExperimentConfig, runFolder: string, transport: Transport): Tracker {
   const tracker = openTrackers(config.tracking, {
     runFolder,
     runName: config.experimentId,
     env: process.env,
+    // on AWS the run folder is the task's own disk: TensorBoard goes to the trajectory bucket
+    ...(config.transport.kind === "aws" ? { tensorboardStore: transport.store("trajectories") } : {}),
     warn: (message) => process.stdout.write(`${JSON.stringify({ event: "warning", role: "trainer", message })}\n`),
   });
   const commit = gitCommit();

@@ -354,11 +354,14 @@ async function trackEvaluation(
   interrupted: boolean,
   log: Logger,
 ): Promise<void> {
+  // where the trainer wrote (the trajectory bucket on the AWS transport), so TensorBoard shows one run
+  const transport = config.transport.kind === "aws" ? await createTransport(config.transport) : undefined;
   const tracker = openTrackers(config.tracking, {
     runFolder: runDir,
     runName: config.experimentId,
     env: process.env,
     warn: (message) => log.warn(message),
+    ...(transport ? { tensorboardStore: transport.store("trajectories") } : {}),
   });
   tracker.text(step, "evaluation", evalComparisonMarkdown(evals));
   const newest = evals.at(-1);
@@ -368,4 +371,5 @@ async function trackEvaluation(
       "eval/avg/success": newest.averageSuccess,
     });
   await tracker.finish(interrupted ? "FAILED" : "FINISHED");
+  await transport?.close();
 }

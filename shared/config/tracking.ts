@@ -18,7 +18,9 @@ export const TrackingConfig = z
           .string()
           .min(1)
           .optional()
-          .describe("folder of the event files (default: <run folder>/tensorboard, beside metrics.jsonl)"),
+          .describe(
+            "folder of the event files (default: <run folder>/tensorboard beside metrics.jsonl; on the AWS transport the trajectory bucket's tensorboard/<experimentId>/, read as s3://)",
+          ),
       })
       .strict()
       .prefault({})

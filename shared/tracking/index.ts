@@ -1,8 +1,10 @@
 import { join } from "node:path";
+import { KEY_PREFIXES } from "../config/roleAccess.ts";
 import type { TrackingConfig } from "../config/tracking.ts";
+import type { ObjectStore } from "../transport/types.ts";
 import { readTrackerLinks, writeTrackerLinks } from "./links.ts";
 import { MlflowSink, mlflowCredentialsFromEnv } from "./mlflow.ts";
-import { TensorBoardSink } from "./tensorboard.ts";
+import { StoreTensorBoardSink, TensorBoardSink } from "./tensorboard.ts";
 import { FanOutTracker, QueuedTracker, type Tracker, type TrackerSink } from "./tracker.ts";
 
 export * from "./links.ts";
@@ -17,6 +19,16 @@ export interface OpenTrackersOptions {
   readonly env: NodeJS.ProcessEnv;
   readonly warn: (message: string) => void;
   readonly fetch?: typeof fetch;
+  /**
+   * The trajectory store, on the AWS transport: TensorBoard's files then go to its
+   * `tensorboard/<experimentId>/` prefix (read as s3://), unless `tracking.tensorboard.dir` names a folder.
+   */
+  readonly tensorboardStore?: Pick<ObjectStore, "put">;
+}
+
+/** Where TensorBoard's files go in the trajectory store. */
+export function tensorboardPrefix(experimentId: string): string {
+  return `${KEY_PREFIXES.tensorboard}${experimentId}/`;
 }
 
 /**
@@ -26,7 +38,11 @@ export interface OpenTrackersOptions {
 export function openTrackers(config: TrackingConfig, options: OpenTrackersOptions): Tracker {
   const sinks: TrackerSink[] = [];
   if (config.tensorboard.enabled)
-    sinks.push(new TensorBoardSink(config.tensorboard.dir ?? join(options.runFolder, "tensorboard")));
+    sinks.push(
+      options.tensorboardStore && config.tensorboard.dir === undefined
+        ? new StoreTensorBoardSink(options.tensorboardStore, tensorboardPrefix(options.runName))
+        : new TensorBoardSink(config.tensorboard.dir ?? join(options.runFolder, "tensorboard")),
+    );
   if (config.mlflow) {
     const { trackingUri, experiment } = config.mlflow;
     const earlier = readTrackerLinks(options.runFolder).mlflow;

@@ -1,6 +1,7 @@
 import { closeSync, mkdirSync, openSync, writeSync } from "node:fs";
 import { hostname } from "node:os";
 import { join } from "node:path";
+import type { ObjectStore } from "../transport/types.ts";
 import { maskedCrc32c } from "./crc32c.ts";
 import { ProtoWriter } from "./protobuf.ts";
 import type { RunStatus, TrackerRecord, TrackerSink } from "./tracker.ts";
@@ -66,6 +67,45 @@ export function histogramProto(values: readonly number[], buckets = 30): ProtoWr
     .packedDoubles(7, counts);
 }
 
+/** The first event of every file. `wallTime` in ms since the epoch, as in all these encoders. */
+export function fileVersionEvent(wallTime: number): Uint8Array {
+  return event(0, wallTime / 1000, undefined, "brain.Event:2");
+}
+
+/** Every finite value of `values` as a scalar at `step`, in one Event. */
+export function scalarsEvent(step: number, wallTime: number, values: Readonly<Record<string, number>>): Uint8Array {
+  const summary = new ProtoWriter();
+  for (const [tag, value] of Object.entries(values)) {
+    if (!Number.isFinite(value)) continue;
+    summary.message(1, new ProtoWriter().string(1, tag).float(2, value));
+  }
+  return event(step, wallTime / 1000, summary);
+}
+
+export function histogramEvent(step: number, wallTime: number, tag: string, values: readonly number[]): Uint8Array {
+  const summary = new ProtoWriter().message(1, new ProtoWriter().string(1, tag).message(5, histogramProto(values)));
+  return event(step, wallTime / 1000, summary);
+}
+
+/** Markdown as the text plugin's string tensor. */
+export function textEvent(step: number, wallTime: number, tag: string, markdown: string): Uint8Array {
+  const metadata = new ProtoWriter().message(1, new ProtoWriter().string(1, "text"));
+  const tensor = new ProtoWriter()
+    .int64(1, 7) // DT_STRING
+    .message(2, new ProtoWriter()) // a scalar shape
+    .bytes(8, new TextEncoder().encode(markdown));
+  const value = new ProtoWriter().string(1, tag).message(8, tensor).message(9, metadata);
+  return event(step, wallTime / 1000, new ProtoWriter().message(1, value));
+}
+
+/** A tracker record as an Event, or undefined for kinds TensorBoard has no place for (params). */
+export function recordEvent(record: TrackerRecord): Uint8Array | undefined {
+  if (record.kind === "scalars") return scalarsEvent(record.step, record.wallTime, record.values);
+  if (record.kind === "histogram") return histogramEvent(record.step, record.wallTime, record.tag, record.values);
+  if (record.kind === "text") return textEvent(record.step, record.wallTime, record.tag, record.markdown);
+  return undefined;
+}
+
 /** Writes one run's event file; every call appends whole frames (a crash leaves whole records behind). */
 export class TensorBoardWriter {
   private fd: number | undefined;
@@ -78,40 +118,29 @@ export class TensorBoardWriter {
     mkdirSync(dir, { recursive: true });
     this.file = join(dir, `events.out.tfevents.${Math.floor(now() / 1000)}.${hostname()}.${process.pid}`);
     this.fd = openSync(this.file, "a");
-    this.write(event(0, now() / 1000, undefined, "brain.Event:2"));
+    this.append(fileVersionEvent(now()));
   }
 
   private readonly now: () => number;
 
-  private write(record: Uint8Array): void {
+  /** Appends one encoded Event (see the encoders above) as a frame. */
+  append(record: Uint8Array): void {
     if (this.fd === undefined) throw new Error(`${this.file} is closed`);
     writeSync(this.fd, tfRecord(record));
   }
 
   /** Every finite value as a scalar at `step` (tags as given: `loss/total`, `task/db/success`). */
   scalars(step: number, values: Readonly<Record<string, number>>, wallTime = this.now()): void {
-    const summary = new ProtoWriter();
-    for (const [tag, value] of Object.entries(values)) {
-      if (!Number.isFinite(value)) continue;
-      summary.message(1, new ProtoWriter().string(1, tag).float(2, value));
-    }
-    this.write(event(step, wallTime / 1000, summary));
+    this.append(scalarsEvent(step, wallTime, values));
   }
 
   histogram(step: number, tag: string, values: readonly number[], wallTime = this.now()): void {
-    const summary = new ProtoWriter().message(1, new ProtoWriter().string(1, tag).message(5, histogramProto(values)));
-    this.write(event(step, wallTime / 1000, summary));
+    this.append(histogramEvent(step, wallTime, tag, values));
   }
 
   /** Markdown text (the text plugin's string tensor): the closing evaluation table, for one. */
   text(step: number, tag: string, markdown: string, wallTime = this.now()): void {
-    const metadata = new ProtoWriter().message(1, new ProtoWriter().string(1, "text"));
-    const tensor = new ProtoWriter()
-      .int64(1, 7) // DT_STRING
-      .message(2, new ProtoWriter()) // a scalar shape
-      .bytes(8, new TextEncoder().encode(markdown));
-    const value = new ProtoWriter().string(1, tag).message(8, tensor).message(9, metadata);
-    this.write(event(step, wallTime / 1000, new ProtoWriter().message(1, value)));
+    this.append(textEvent(step, wallTime, tag, markdown));
   }
 
   close(): void {
@@ -134,14 +163,64 @@ export class TensorBoardSink implements TrackerSink {
   async write(records: readonly TrackerRecord[]): Promise<void> {
     this.writer ??= new TensorBoardWriter(this.dir, this.now);
     for (const record of records) {
-      if (record.kind === "scalars") this.writer.scalars(record.step, record.values, record.wallTime);
-      else if (record.kind === "histogram")
-        this.writer.histogram(record.step, record.tag, record.values, record.wallTime);
-      else if (record.kind === "text") this.writer.text(record.step, record.tag, record.markdown, record.wallTime);
+      const encoded = recordEvent(record);
+      if (encoded) this.writer.append(encoded);
     }
   }
 
   async finish(_status: RunStatus): Promise<void> {
     this.writer?.close();
   }
+}
+
+/** Event files in an object store roll over to a new object past this size (1 MiB). */
+const STORE_ROLL_BYTES = 1 << 20;
+
+/**
+ * TensorBoard in an object store: on AWS the trajectory bucket, which TensorBoard reads as
+ * `tensorboard --logdir s3://<bucket>/tensorboard/<experimentId>/`. An object cannot be appended
+ * to, so the current event file is put whole after each batch (a batch is written or not, never
+ * half), and once it passes 1 MiB the next batch starts a new file; TensorBoard reads every event
+ * file under the prefix.
+ */
+export class StoreTensorBoardSink implements TrackerSink {
+  readonly name = "tensorboard";
+  private frames: Uint8Array[] = [];
+  private bytes = 0;
+  private seq = 0;
+  private readonly base: string;
+
+  constructor(
+    private readonly store: Pick<ObjectStore, "put">,
+    prefix: string,
+    private readonly now: () => number = Date.now,
+    private readonly rollBytes = STORE_ROLL_BYTES,
+  ) {
+    this.base = `${prefix}events.out.tfevents.${Math.floor(now() / 1000)}.${hostname()}.${process.pid}`;
+  }
+
+  /** The object being written now. */
+  key(): string {
+    return `${this.base}.${String(this.seq).padStart(6, "0")}`;
+  }
+
+  async write(records: readonly TrackerRecord[]): Promise<void> {
+    const added = records.flatMap((r) => {
+      const encoded = recordEvent(r);
+      return encoded ? [tfRecord(encoded)] : [];
+    });
+    if (this.frames.length === 0) added.unshift(tfRecord(fileVersionEvent(this.now())));
+    const frames = [...this.frames, ...added];
+    await this.store.put(this.key(), Buffer.concat(frames));
+    // only once stored: a retried batch is not added twice
+    this.frames = frames;
+    this.bytes += added.reduce((sum, f) => sum + f.length, 0);
+    if (this.bytes >= this.rollBytes) {
+      this.seq += 1;
+      this.frames = [];
+      this.bytes = 0;
+    }
+  }
+
+  async finish(_status: RunStatus): Promise<void> {}
 }

@@ -5,6 +5,7 @@ import { runPipeline } from "../../cli/launch/pipeline.ts";
 import { readMetrics } from "../../cli/report/report.ts";
 import { type ExperimentConfig, parseConfig } from "../../shared/config/index.ts";
 import { listVersions } from "../../shared/protocol/checkpoints.ts";
+import { tensorboardPrefix } from "../../shared/tracking/index.ts";
 import { createTransport } from "../../shared/transport/index.ts";
 import { readLedger } from "../../trainer-image/trainer/ledger.ts";
 import { waitFor } from "../env/helpers.ts";
@@ -17,7 +18,7 @@ import {
   tinyConfig as tinyTrainingConfig,
 } from "../support/pipelineRun.ts";
 import { commandMissing, requireOrSkip } from "../support/requirements.ts";
-import { decodeEventFolder } from "../support/tfrecord.ts";
+import { decodeEvent, decodeEventFolder, tfRecordFrames } from "../support/tfrecord.ts";
 import { tempDir } from "../support/tmp.ts";
 
 /** Trainer steps of a run; the faulted one runs longer, so its faults land before the run ends. */
@@ -100,7 +101,12 @@ async function runAndCheck(config: ExperimentConfig, base: string, faults = fals
   // TensorBoard (tracking.tensorboard on by default): every metric key the run logged with a
   // finite value, the histograms and the closing evaluation's table, read back by protoc.
   if (hasProtoc) {
-    const decoded = decodeEventFolder(join(runDir, "tensorboard")).join("\n");
+    // on the AWS transport the trainer writes them to the trajectory bucket (read as s3://)
+    const decoded = (
+      runConfig.transport.kind === "aws"
+        ? await decodeEventObjects(runConfig, tensorboardPrefix(runConfig.experimentId))
+        : decodeEventFolder(join(runDir, "tensorboard"))
+    ).join("\n");
     const keys = new Set(
       records.flatMap((r) =>
         Object.entries(r.metrics)
@@ -111,6 +117,20 @@ async function runAndCheck(config: ExperimentConfig, base: string, faults = fals
     for (const key of keys) expect(decoded, key).toContain(`tag: "${key}"`);
     for (const tag of ["advantages", "staleness", "evaluation"]) expect(decoded).toContain(`tag: "${tag}"`);
     expect(decoded).toContain('plugin_name: "text"');
+  }
+}
+
+/** Every record of the event files under `prefix` in the run's trajectory store, decoded by protoc. */
+async function decodeEventObjects(config: ExperimentConfig, prefix: string): Promise<string[]> {
+  const transport = await createTransport(config.transport);
+  try {
+    const store = transport.store("trajectories");
+    const decoded: string[] = [];
+    for (const { key } of await store.list(prefix))
+      decoded.push(...tfRecordFrames((await store.get(key)) as Uint8Array).map(decodeEvent));
+    return decoded;
+  } finally {
+    await transport.close();
   }
 }
 

@@ -3,10 +3,12 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { parseConfig } from "../../shared/config/index.ts";
 import { crc32c, maskedCrc32c } from "../../shared/tracking/crc32c.ts";
-import { openTrackers } from "../../shared/tracking/index.ts";
-import { TensorBoardWriter } from "../../shared/tracking/tensorboard.ts";
+import { openTrackers, tensorboardPrefix } from "../../shared/tracking/index.ts";
+import { StoreTensorBoardSink, TensorBoardWriter } from "../../shared/tracking/tensorboard.ts";
+import { QueuedTracker } from "../../shared/tracking/tracker.ts";
+import { createTransport } from "../../shared/transport/index.ts";
 import { commandMissing, requireOrSkip } from "../support/requirements.ts";
-import { decodeEventFolder, decodeRaw, tfRecordFrames } from "../support/tfrecord.ts";
+import { decodeEvent, decodeEventFolder, decodeRaw, tfRecordFrames } from "../support/tfrecord.ts";
 import { tempDir } from "../support/tmp.ts";
 
 /**
@@ -115,5 +117,40 @@ describe.skipIf(!ready)("TensorBoard event files", () => {
     expect(typed[1]).toContain("simple_value: 12");
     expect(typed[2]).toMatch(/histo \{[^}]*max: 2[^}]*num: 200000/s);
     expect(typed[3]).toContain('plugin_name: "text"');
+  });
+
+  it("goes to the trajectory store on the AWS transport: whole event files per batch, rolled past their size, none doubled by a retry", async () => {
+    const config = parseConfig({ experimentId: "tb-store", transport: { localDir: tempDir("agentrl-tb-") } });
+    const transport = await createTransport(config.transport);
+    const store = transport.store("trajectories");
+    let failures = 1;
+    const flaky = {
+      put: async (key: string, body: Uint8Array | string) => {
+        if (failures-- > 0) throw new Error("S3 away");
+        await store.put(key, body);
+      },
+    };
+    // one record at a time and a tiny roll size, so that files roll and the failed put is retried
+    const tracker = new QueuedTracker(new StoreTensorBoardSink(flaky, tensorboardPrefix("tb-store"), Date.now, 200), {
+      queueLimit: 100,
+      retries: 2,
+      retryBaseSeconds: 0.001,
+      finishSeconds: 10,
+      batchLimit: 1,
+      warn: () => {},
+    });
+    for (let step = 1; step <= 6; step += 1) tracker.scalars(step, { "loss/total": 1 / step, "staleness/0": step });
+    await tracker.finish("FINISHED");
+    expect(tracker.dropped).toBe(0);
+    const objects = await store.list("tensorboard/tb-store/");
+    expect(objects.length).toBeGreaterThan(1);
+    expect(objects.every((o) => /\/events\.out\.tfevents\.\d+\.[^/]+\.\d+\.\d{6}$/.test(o.key))).toBe(true);
+    const decoded: string[] = [];
+    for (const o of objects) decoded.push(...tfRecordFrames((await store.get(o.key)) as Uint8Array).map(decodeEvent));
+    // every file opens with the file version; every step is there exactly once
+    expect(decoded.filter((d) => d.includes("file_version")).length).toBe(objects.length);
+    const steps = decoded.flatMap((d) => [...d.matchAll(/^step: (\d+)$/gm)].map((m) => Number(m[1])));
+    expect(steps).toEqual([1, 2, 3, 4, 5, 6]);
+    await transport.close();
   });
 });
