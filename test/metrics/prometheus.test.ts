@@ -27,8 +27,8 @@ import { tempDir } from "../support/tmp.ts";
  * `prometheus` package: every exposition passes `promtool check metrics`, and a real Prometheus
  * scrapes all of them (with the scrape token) until every target is up and the series are there.
  * In-process: controller, env worker, policy server, gateway. As CLI processes with
- * `--metrics-port 0`: feeder and trainer (the roles with no HTTP of their own; the rollout worker
- * and env pool use the same listener).
+ * `--metrics-port 0`: feeder, trainer, rollout worker and env pool (the roles with no HTTP of
+ * their own).
  */
 const ready = requireOrSkip("prometheus.test.ts", "/metrics checked by promtool and scraped by Prometheus", [
   ...commandMissing("promtool", "apt-get install -y prometheus"),
@@ -135,12 +135,16 @@ describe.skipIf(!ready)("Prometheus /metrics", () => {
     const transport = await createTransport(config.transport);
     await importBase(transport.store("checkpoints"), BASE_CHECKPOINT_DIR, config.policy.backend);
     await transport.close();
-    const [feeder, trainer] = await Promise.all([
+    const [feeder, trainer, rollout, pool] = await Promise.all([
       cliRole(["feeder", ...set], env),
       cliRole(["trainer", ...set, "--metrics", join(runDir, "metrics.jsonl")], env),
+      cliRole(["rollout", ...set, "--controller-url", controller.url, "--current-url", `${policyHttp.url}/v1`], env),
+      cliRole(["env", "pool", "--controller", controller.url, "--task", "example", "--min", "0", "--max", "1"], env),
     ]);
     targets.set("feeder", feeder.url);
     targets.set("trainer", trainer.url);
+    targets.set("rollout", rollout.url);
+    targets.set("envpool-example", pool.url);
 
     // traffic, so that request, session and token series exist
     await waitFor(
@@ -162,7 +166,16 @@ describe.skipIf(!ready)("Prometheus /metrics", () => {
 
   it("needs the scrape token on every role, and every exposition passes promtool", async () => {
     expect([...targets.keys()].sort()).toEqual(
-      ["controller", "env-example", "feeder", "gateway", "policy-current", "trainer"].sort(),
+      [
+        "controller",
+        "env-example",
+        "envpool-example",
+        "feeder",
+        "gateway",
+        "policy-current",
+        "rollout",
+        "trainer",
+      ].sort(),
     );
     for (const [role, url] of targets) {
       expect((await scrape(url, null)).status, `${role} without the token`).toBe(401);
@@ -189,6 +202,8 @@ describe.skipIf(!ready)("Prometheus /metrics", () => {
     expect(await text("feeder")).toMatch(
       /agentrl_queue_visible_messages\{queue="rollout-requests",role="feeder"\} \d+/,
     );
+    expect(await text("envpool-example")).toMatch(/agentrl_envpool_desired_workers\{role="envpool-example"\} \d/);
+    expect(await text("rollout")).toContain("# TYPE agentrl_rollout_tokens_total counter");
     expect(await text("trainer")).toMatch(/agentrl_trainer_step\{role="trainer"\} 0/);
   });
 
