@@ -65,6 +65,8 @@ export interface KillRecord {
   readonly recoveryMs: number | undefined;
   /** For `trainer-publish`: the version whose publication was cut (its manifest was absent when the trainer died). */
   readonly cutVersion?: number;
+  /** For `trainer-publish`: publishes that finished before the trainer was frozen, each resumed and retried. */
+  readonly racesLost?: number;
 }
 
 export interface ChaosReport {
@@ -89,8 +91,8 @@ const NEEDLES: Record<Exclude<ChaosRole, "trainer-publish">, string> = {
   trainer: "agentrl.mjs trainer",
 };
 
-/** Trainer kills at most per mid-publish kill, until one lands before the version's manifest. */
-const MID_PUBLISH_ATTEMPTS = 3;
+/** How often the mid-publish kill looks the trainer's pid up again (it changes when the trainer restarts). */
+const PID_REFRESH_MS = 500;
 
 /** How long a role may take to come back before the kill counts as not survived. */
 const RECOVERY_LIMIT_MS = 120_000;
@@ -153,7 +155,15 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
         const watch = killAndWatch(role, runDir, () => trainingDone).then((record) => {
           if (!record) return;
           kills.push(record);
-          log.info({ killed: record.role, recoveryMs: record.recoveryMs, cutVersion: record.cutVersion }, "chaos kill");
+          log.info(
+            {
+              killed: record.role,
+              recoveryMs: record.recoveryMs,
+              cutVersion: record.cutVersion,
+              racesLost: record.racesLost,
+            },
+            "chaos kill",
+          );
           if (record.recoveryMs === undefined) problems.push(`${role} did not recover within ${RECOVERY_LIMIT_MS} ms`);
         });
         if (options.overlap) watching.push(watch);
@@ -291,35 +301,68 @@ async function recovered(
 }
 
 /**
- * Kills the trainer inside its publish window: as soon as a new version's folder holds a file
- * (the ledger is written first) while its manifest (written last) is still absent.
+ * Kills the trainer inside its publish window. As soon as a new version's folder holds a file
+ * (the ledger is written first) the trainer is frozen with SIGSTOP, and only then is the
+ * manifest (written last) looked for: absent, the frozen trainer is SIGKILLed mid-publish, as
+ * sure to land as a kill can be; present, the publish won the race (a tiny model publishes in
+ * milliseconds, and on a loaded machine a poll can come late), so the trainer is resumed with
+ * SIGCONT, unharmed, and the next publish is tried. A lost race costs no restart, so it is
+ * retried until a kill lands or training ends.
  */
-async function killMidPublish(runDir: string, done: () => boolean, attempt = 1): Promise<KillRecord | undefined> {
+async function killMidPublish(runDir: string, done: () => boolean): Promise<KillRecord | undefined> {
   const policies = join(runDir, "transport", "objects", "checkpoints", "policies");
   const published = () => (existsSync(policies) ? readdirSync(policies).filter((d) => /^v\d+$/.test(d)) : []);
   const known = new Set(published());
   const deadline = Date.now() + RECOVERY_LIMIT_MS;
+  // `ps` takes tens of ms on a loaded machine: look the trainer up ahead, not inside the window
+  let pids: number[] = [];
+  let lookedUp = 0;
+  let racesLost = 0;
+  const signal = (name: NodeJS.Signals) => {
+    for (const pid of pids)
+      try {
+        process.kill(pid, name);
+      } catch {
+        // gone already (a restart in between)
+      }
+  };
+  const alive = (pid: number) => {
+    try {
+      process.kill(pid, 0);
+      return true;
+    } catch {
+      return false;
+    }
+  };
   while (Date.now() < deadline && !done()) {
+    if (Date.now() - lookedUp > PID_REFRESH_MS) {
+      pids = childPids(NEEDLES.trainer);
+      lookedUp = Date.now();
+    }
     for (const dir of published()) {
       if (known.has(dir)) continue;
       const folder = join(policies, dir);
       // An empty folder is a publish about to write its ledger: look again at the next poll.
       if (readdirSync(folder).length === 0) continue;
       known.add(dir);
-      if (existsSync(join(folder, "manifest.json"))) continue;
-      const pids = childPids(NEEDLES.trainer);
-      for (const pid of pids) process.kill(pid, "SIGKILL");
+      if (!pids.every(alive)) pids = childPids(NEEDLES.trainer); // restarted since the lookup
+      if (pids.length === 0) continue;
+      signal("SIGSTOP");
+      if (existsSync(join(folder, "manifest.json"))) {
+        signal("SIGCONT");
+        racesLost += 1;
+        continue;
+      }
+      signal("SIGKILL");
       const killedAt = Date.now();
       const cut = !existsSync(join(runDir, "transport", "objects", "checkpoints", manifestKey(Number(dir.slice(1)))));
       const steps = stepCount(runDir);
       const back = await waitUntil(() => stepCount(runDir) > steps, RECOVERY_LIMIT_MS, done);
-      // The manifest won the race with the kill (a tiny model publishes in milliseconds): that was
-      // a plain trainer kill, so try again at the next publish, a few times at most.
-      if (!cut && back && attempt < MID_PUBLISH_ATTEMPTS) return killMidPublish(runDir, done, attempt + 1);
       return {
         role: "trainer-publish",
         recoveryMs: back || done() ? Date.now() - killedAt : undefined,
         ...(cut ? { cutVersion: Number(dir.slice(1)) } : {}),
+        racesLost,
       };
     }
     await sleep(2);

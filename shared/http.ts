@@ -7,6 +7,7 @@ import type { z } from "zod";
 import { HttpLimitsConfig } from "./config/limits.ts";
 import { AgentRlError, parseJsonOrThrow, ValidationError } from "./errors.ts";
 import type { Logger } from "./log.ts";
+import type { ServiceMetrics } from "./metrics.ts";
 
 /** An error that maps to a specific HTTP status (404 unknown session, 406 worker full, ...). */
 export class HttpError extends AgentRlError {
@@ -47,10 +48,20 @@ export const DEFAULT_HTTP_LIMITS: HttpLimitsConfig = HttpLimitsConfig.parse({});
  * A Hono app whose errors never crash the process: ValidationError -> 400 `{error, issues}`,
  * HttpError -> its status, anything else -> 500 (logged). Bodies larger than
  * `limits.bodyLimitBytes` answer 413: at once from Content-Length, or as soon as a chunked body
- * passes the limit, never after reading it in full.
+ * passes the limit, never after reading it in full. With `metrics`, every request is counted and
+ * timed and `GET /metrics` serves them (shared/metrics.ts).
  */
-export function createApp(log: Logger, limits: Pick<HttpLimitsConfig, "bodyLimitBytes"> = DEFAULT_HTTP_LIMITS): Hono {
+export function createApp(
+  log: Logger,
+  limits: Pick<HttpLimitsConfig, "bodyLimitBytes"> = DEFAULT_HTTP_LIMITS,
+  metrics?: ServiceMetrics,
+): Hono {
   const app = new Hono();
+  if (metrics) {
+    // first, so that every request is counted and timed, the ones refused as too large included
+    app.use("*", metrics.httpMiddleware());
+    metrics.mount(app);
+  }
   const tooLarge = (c: Context) =>
     c.json({ error: `request body exceeds ${limits.bodyLimitBytes} bytes (limits.http.bodyLimitBytes)` }, 413, {
       connection: "close",

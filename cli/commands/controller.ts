@@ -35,8 +35,10 @@ export function register(program: Command): void {
       const { readSecrets } = await import("../../shared/security/secrets.ts");
       // Body limit, timeouts and connection cap from the config's `limits.http`.
       const { limits } = await configFromOptions(options);
+      const { ServiceMetrics } = await import("../../shared/metrics.ts");
       const running = await startController({
         httpLimits: limits.http,
+        metrics: ServiceMetrics.forRole("controller"),
         ...readSecrets(),
         port: options.port,
         host: options.host,

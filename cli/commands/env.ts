@@ -53,6 +53,7 @@ export function register(program: Command): void {
       const { limits } = await configFromOptions(options);
       const { serveTask } = await import("../../shared/env/worker.ts");
       const { readSecrets } = await import("../../shared/security/secrets.ts");
+      const { ServiceMetrics } = await import("../../shared/metrics.ts");
       const { envSecret } = readSecrets();
       const worker = await serveTask(module, {
         ...(envSecret ? { envSecret } : {}),
@@ -69,6 +70,7 @@ export function register(program: Command): void {
         },
         httpLimits: limits.http,
         episodeLimits: limits.env,
+        metrics: ServiceMetrics.forRole(`env-${name}`),
       });
       process.stdout.write(
         `${JSON.stringify({ event: "listening", role: "env-worker", task: name, url: worker.url, address: worker.address })}\n`,

@@ -1,6 +1,9 @@
 import { join } from "node:path";
 import { type Command, InvalidArgumentError, Option } from "commander";
+import type { PoolStatus } from "../../functions/envpool/manager.ts";
 import { AgentRlError } from "../../shared/errors.ts";
+import type { ServiceMetrics } from "../../shared/metrics.ts";
+import { startRoleMetrics, withMetricsOptions } from "../metricsOptions.ts";
 import { assertConfigFile } from "../options.ts";
 import { intOption, urlOption } from "./controller.ts";
 
@@ -25,11 +28,13 @@ interface PoolCliOptions {
   ecsSubnets?: string[];
   ecsSecurityGroups?: string[];
   ecsCapacityProvider: "FARGATE" | "FARGATE_SPOT";
+  metricsPort?: number;
+  metricsHost?: string;
 }
 
 /** `agentrl env pool`: the env pool manager of one task (functions/envpool/). */
 export function registerPool(env: Command): void {
-  env
+  const pool = env
     .command("pool")
     .description(
       "launch, recycle and scale one task's env workers (child processes or ECS tasks) to match demand; " +
@@ -66,70 +71,72 @@ export function registerPool(env: Command): void {
       new Option("--ecs-capacity-provider <name>", "ecs driver: capacity provider")
         .choices(["FARGATE", "FARGATE_SPOT"])
         .default("FARGATE"),
-    )
-    .action(async (options: PoolCliOptions) => {
-      const [{ loadConfig, TaskMixEntry }, { createLogger }, { PoolManager }] = await Promise.all([
-        import("../../shared/config/index.ts"),
-        import("../../shared/log.ts"),
-        import("../../functions/envpool/manager.ts"),
-      ]);
-      if (options.config) assertConfigFile(options.config, "--config");
-      const config = options.config ? await loadConfig(options.config) : undefined;
-      const entry =
-        config?.tasks.mix.find((e) => e.name === options.task) ?? TaskMixEntry.parse({ name: options.task });
-      if (config && !config.tasks.mix.some((e) => e.name === options.task))
-        throw new AgentRlError(
-          `--task ${options.task} is not in the config's task mix (${config.tasks.mix.map((e) => e.name).join(", ")})`,
-        );
-      const minWorkers = options.min ?? entry.minWorkers;
-      const maxWorkers = options.max ?? entry.maxWorkers;
-      if (minWorkers > maxWorkers) throw new AgentRlError(`--min ${minWorkers} exceeds --max ${maxWorkers}`);
-      const log = createLogger({ role: "envpool", task: options.task });
-      const driver = await makeDriver(options, config?.experimentId ?? "default", log);
-      const maxEpisodes = options.maxEpisodes ?? entry.maxEpisodes;
-      const maxAgeSeconds = options.maxAge ?? entry.maxAgeSeconds;
-      const { readSecrets } = await import("../../shared/security/secrets.ts");
-      const { controllerSecret } = readSecrets();
-      // With a config, queued rollout requests count as demand (this task's weight share of them).
-      const transport = config
-        ? await (await import("../../shared/transport/index.ts")).createRoleTransport(config, "envpool")
-        : undefined;
-      const { queuedDemand } = await import("../../functions/envpool/policy.ts");
-      const totalWeight = config?.tasks.mix.reduce((sum, e) => sum + e.weight, 0) ?? 0;
-      const requests = transport?.queue("rollout-requests");
-      const manager = new PoolManager({
-        task: options.task,
-        controllerUrl: options.controller,
-        ...(controllerSecret ? { controllerToken: controllerSecret } : {}),
-        driver,
-        minWorkers,
-        maxWorkers,
-        concurrency: options.concurrency ?? entry.concurrency,
-        ...(maxEpisodes !== undefined ? { maxEpisodes } : {}),
-        ...(maxAgeSeconds !== undefined ? { maxAgeSeconds } : {}),
-        warmWorkers: options.warm ?? entry.warmWorkers,
-        exclusive: options.exclusive ?? entry.exclusive,
-        tickMs: options.tickMs,
-        ...(requests
-          ? {
-              pendingDemand: async () =>
-                queuedDemand((await requests.approximateDepth()).visible, entry.weight, totalWeight),
-            }
-          : {}),
-        log,
-      });
-      manager.start();
-      process.stdout.write(
-        `${JSON.stringify({ event: "started", role: "envpool", task: options.task, driver: driver.kind, minWorkers, maxWorkers })}\n`,
+    );
+  withMetricsOptions(pool).action(async (options: PoolCliOptions) => {
+    const [{ loadConfig, TaskMixEntry }, { createLogger }, { PoolManager }] = await Promise.all([
+      import("../../shared/config/index.ts"),
+      import("../../shared/log.ts"),
+      import("../../functions/envpool/manager.ts"),
+    ]);
+    if (options.config) assertConfigFile(options.config, "--config");
+    const config = options.config ? await loadConfig(options.config) : undefined;
+    const entry = config?.tasks.mix.find((e) => e.name === options.task) ?? TaskMixEntry.parse({ name: options.task });
+    if (config && !config.tasks.mix.some((e) => e.name === options.task))
+      throw new AgentRlError(
+        `--task ${options.task} is not in the config's task mix (${config.tasks.mix.map((e) => e.name).join(", ")})`,
       );
-      const stop = () =>
-        void manager
-          .close()
-          .then(() => transport?.close())
-          .then(() => process.exit(0));
-      process.once("SIGINT", stop);
-      process.once("SIGTERM", stop);
+    const minWorkers = options.min ?? entry.minWorkers;
+    const maxWorkers = options.max ?? entry.maxWorkers;
+    if (minWorkers > maxWorkers) throw new AgentRlError(`--min ${minWorkers} exceeds --max ${maxWorkers}`);
+    const log = createLogger({ role: "envpool", task: options.task });
+    const driver = await makeDriver(options, config?.experimentId ?? "default", log);
+    const maxEpisodes = options.maxEpisodes ?? entry.maxEpisodes;
+    const maxAgeSeconds = options.maxAge ?? entry.maxAgeSeconds;
+    const { readSecrets } = await import("../../shared/security/secrets.ts");
+    const { controllerSecret } = readSecrets();
+    // With a config, queued rollout requests count as demand (this task's weight share of them).
+    const transport = config
+      ? await (await import("../../shared/transport/index.ts")).createRoleTransport(config, "envpool")
+      : undefined;
+    const { queuedDemand } = await import("../../functions/envpool/policy.ts");
+    const totalWeight = config?.tasks.mix.reduce((sum, e) => sum + e.weight, 0) ?? 0;
+    const requests = transport?.queue("rollout-requests");
+    const manager = new PoolManager({
+      task: options.task,
+      controllerUrl: options.controller,
+      ...(controllerSecret ? { controllerToken: controllerSecret } : {}),
+      driver,
+      minWorkers,
+      maxWorkers,
+      concurrency: options.concurrency ?? entry.concurrency,
+      ...(maxEpisodes !== undefined ? { maxEpisodes } : {}),
+      ...(maxAgeSeconds !== undefined ? { maxAgeSeconds } : {}),
+      warmWorkers: options.warm ?? entry.warmWorkers,
+      exclusive: options.exclusive ?? entry.exclusive,
+      tickMs: options.tickMs,
+      ...(requests
+        ? {
+            pendingDemand: async () =>
+              queuedDemand((await requests.approximateDepth()).visible, entry.weight, totalWeight),
+          }
+        : {}),
+      log,
     });
+    manager.start();
+    const roleMetrics = await startRoleMetrics(`envpool-${options.task}`, options, log);
+    if (roleMetrics) describePool(roleMetrics.metrics, manager);
+    process.stdout.write(
+      `${JSON.stringify({ event: "started", role: "envpool", task: options.task, driver: driver.kind, minWorkers, maxWorkers })}\n`,
+    );
+    const stop = () =>
+      void manager
+        .close()
+        .then(() => roleMetrics?.close())
+        .then(() => transport?.close())
+        .then(() => process.exit(0));
+    process.once("SIGINT", stop);
+    process.once("SIGTERM", stop);
+  });
 }
 
 async function makeDriver(options: PoolCliOptions, experimentId: string, log: import("../../shared/log.ts").Logger) {
@@ -186,4 +193,16 @@ function listOption(flag: string): (value: string) => string[] {
     if (items.length === 0) throw new InvalidArgumentError(`${flag} must list at least one id, got "${value}"`);
     return items;
   };
+}
+
+/** The pool's workers by state, its target and its counters, read at scrape time. */
+function describePool(metrics: ServiceMetrics, manager: { status(): PoolStatus }): void {
+  metrics.gaugesOf("agentrl_envpool_workers", "pool workers by state", "state", () => manager.status().workers);
+  metrics.gaugeOf("agentrl_envpool_desired_workers", "workers the pool aims for", () => manager.status().desired);
+  for (const key of ["launches", "retirements", "scaleDowns", "replacements", "stops", "platformErrors"] as const)
+    metrics.counterOf(
+      `agentrl_envpool_${key.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`)}_total`,
+      `pool counter ${key} (see PoolStatus)`,
+      () => manager.status().counters[key],
+    );
 }

@@ -19,6 +19,7 @@ export function register(program: Command): void {
         const { createRoleTransport } = await import("../../shared/transport/index.ts");
         const { readSecrets } = await import("../../shared/security/secrets.ts");
         const { startGateway } = await import("../../functions/gateway/index.ts");
+        const { ServiceMetrics } = await import("../../shared/metrics.ts");
         const secrets = readSecrets();
         const transport = await createRoleTransport(config, "gateway");
         const stop = new AbortController();
@@ -30,7 +31,11 @@ export function register(program: Command): void {
             transport,
             { current: options.currentUrl, ...(options.staleUrl ? { stale: options.staleUrl } : {}) },
             secrets,
-            { ...(options.port === undefined ? {} : { port: options.port }), signal: stop.signal },
+            {
+              ...(options.port === undefined ? {} : { port: options.port }),
+              signal: stop.signal,
+              metrics: new ServiceMetrics("gateway", secrets.metricsToken),
+            },
           );
           process.stdout.write(`${JSON.stringify({ event: "listening", role: "gateway", url: running.url })}\n`);
           await new Promise<void>((resolve) => stop.signal.addEventListener("abort", () => resolve(), { once: true }));

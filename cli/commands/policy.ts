@@ -52,6 +52,7 @@ export function register(program: Command): void {
       const log = createLogger({ role: `policy-${options.pool}`, experimentId: config.experimentId });
       const { servePolicy } = await import("../../trainer-image/policy-server/serve.ts");
       const { readSecrets } = await import("../../shared/security/secrets.ts");
+      const { ServiceMetrics } = await import("../../shared/metrics.ts");
       const { policyApiKey } = readSecrets();
       const running = await servePolicy({
         config,
@@ -62,6 +63,7 @@ export function register(program: Command): void {
         host: options.host,
         log,
         ...(policyApiKey ? { apiKey: policyApiKey } : {}),
+        metrics: ServiceMetrics.forRole(`policy-${options.pool}`),
       });
       process.stdout.write(
         `${JSON.stringify({ event: "listening", role: `policy-${options.pool}`, url: running.url, policyVersion: running.version() })}\n`,

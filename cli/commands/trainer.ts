@@ -1,21 +1,28 @@
+import { execFileSync } from "node:child_process";
 import { appendFile, mkdir, open } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import type { Command } from "commander";
-import type { TrackingConfig } from "../../shared/config/tracking.ts";
-import { TensorBoardWriter } from "../../shared/tracking/tensorboard.ts";
+import type { ExperimentConfig } from "../../shared/config/index.ts";
+import { createLogger } from "../../shared/log.ts";
+import type { ServiceMetrics } from "../../shared/metrics.ts";
+import { flattenParams, openTrackers, type Tracker } from "../../shared/tracking/index.ts";
+import type { Transport } from "../../shared/transport/types.ts";
+import { type MetricsCliOptions, startRoleMetrics, withMetricsOptions } from "../metricsOptions.ts";
 import { configFromOptions, withConfigOptions } from "../options.ts";
 
 /** `agentrl trainer`: the learner; one JSON line per step on stdout, metrics as JSONL. */
 export function register(program: Command): void {
-  withConfigOptions(
-    program
-      .command("trainer")
-      .description(
-        "train on finished trajectories: a new version every optimizer step, every trainer.checkpointEvery-th published as policies/vN/",
-      ),
+  withMetricsOptions(
+    withConfigOptions(
+      program
+        .command("trainer")
+        .description(
+          "train on finished trajectories: a new version every optimizer step, every trainer.checkpointEvery-th published as policies/vN/",
+        ),
+    ),
   )
     .option("--metrics <file>", "metrics JSONL file (default <runDir>/<experimentId>/metrics.jsonl)")
-    .action(async (options: { config?: string; set?: string[]; metrics?: string }) => {
+    .action(async (options: { config?: string; set?: string[]; metrics?: string } & MetricsCliOptions) => {
       const config = await configFromOptions(options);
       const { createRoleTransport } = await import("../../shared/transport/index.ts");
       const { runTrainer } = await import("../../trainer-image/trainer/index.ts");
@@ -30,8 +37,11 @@ export function register(program: Command): void {
       const stop = new AbortController();
       process.once("SIGINT", () => stop.abort());
       process.once("SIGTERM", () => stop.abort());
-      const tracker = new Trackers(config.tracking, dirname(metricsFile));
+      const tracker = startTrackers(config, dirname(metricsFile), transport);
+      const roleMetrics = await startRoleMetrics("trainer", options, createLogger({ role: "trainer" }));
+      const onStepMetrics = roleMetrics ? stepGauges(roleMetrics.metrics) : undefined;
       process.stdout.write(`${JSON.stringify({ event: "started", role: "trainer", metrics: metricsFile })}\n`);
+      let status: "FINISHED" | "FAILED" = "FAILED";
       try {
         const summary = await runTrainer(config, transport, {
           signal: stop.signal,
@@ -41,7 +51,12 @@ export function register(program: Command): void {
                 ? { ...line, metrics: { ...line.metrics, "tracking/dropped": tracker.dropped } }
                 : line;
             await appendFile(metricsFile, `${JSON.stringify(withDrops)}\n`);
-            tracker.scalars(line.step, line.metrics);
+            tracker.scalars(line.step, withDrops.metrics);
+            onStepMetrics?.(line.step, withDrops.metrics);
+          },
+          distributions: (step, { advantages, staleness }) => {
+            tracker.histogram(step, "advantages", advantages);
+            tracker.histogram(step, "staleness", staleness);
           },
           onStep: (info) =>
             process.stdout.write(
@@ -49,47 +64,58 @@ export function register(program: Command): void {
             ),
         });
         process.stdout.write(`${JSON.stringify({ event: "stopped", role: "trainer", ...summary })}\n`);
+        status = "FINISHED";
       } finally {
-        tracker.close();
+        await tracker.finish(status);
+        await roleMetrics?.close();
         await transport.close();
       }
     });
 }
 
 /**
- * The run's trackers beside metrics.jsonl. A tracker that fails is warned about once and its
- * writes are dropped and counted from then on: it never stops a step.
+ * The trainer's /metrics: its step and every metric of the newest step as
+ * `agentrl_trainer_metric{key}` (staleness, throughput, losses, buffered trajectories). Queue
+ * depths come from the feeder, which holds the grant to read them; the trainer does not.
  */
-class Trackers {
-  private tensorboard: TensorBoardWriter | undefined;
-  dropped = 0;
-  private warned = false;
+function stepGauges(metrics: ServiceMetrics): (step: number, values: Readonly<Record<string, number>>) => void {
+  const stepGauge = metrics.gauge("agentrl_trainer_step", "trainer steps done (the newest step)");
+  const values = metrics.gauge("agentrl_trainer_metric", "the newest step's metrics.jsonl values by key", ["key"]);
+  return (step, line) => {
+    stepGauge.set(step);
+    for (const [key, value] of Object.entries(line)) if (Number.isFinite(value)) values.set({ key }, value);
+  };
+}
 
-  constructor(config: TrackingConfig, runFolder: string) {
-    const { enabled, dir } = config.tensorboard;
-    if (enabled) this.attempt(() => (this.tensorboard = new TensorBoardWriter(dir ?? join(runFolder, "tensorboard"))));
-  }
+/**
+ * The configured trackers (tracking.*), given the run's flattened config as params and its git
+ * commit as a tag. A tracker's failures are one warning line and `tracking/dropped`; never a failed step.
+ */
+export function startTrackers(config: ExperimentConfig, runFolder: string, transport: Transport): Tracker {
+  const tracker = openTrackers(config.tracking, {
+    runFolder,
+    runName: config.experimentId,
+    env: process.env,
+    // on AWS the run folder is the task's own disk: TensorBoard goes to the trajectory bucket
+    ...(config.transport.kind === "aws" ? { tensorboardStore: transport.store("trajectories") } : {}),
+    warn: (message) => process.stdout.write(`${JSON.stringify({ event: "warning", role: "trainer", message })}\n`),
+  });
+  const commit = gitCommit();
+  tracker.params(flattenParams(config), commit ? { "mlflow.source.git.commit": commit } : {});
+  return tracker;
+}
 
-  scalars(step: number, values: Readonly<Record<string, number>>): void {
-    const writer = this.tensorboard;
-    if (writer) this.attempt(() => writer.scalars(step, values));
-  }
-
-  close(): void {
-    this.tensorboard?.close();
-  }
-
-  private attempt(write: () => void): void {
-    try {
-      write();
-    } catch (error) {
-      this.dropped += 1;
-      if (this.warned) return;
-      this.warned = true;
-      process.stdout.write(
-        `${JSON.stringify({ event: "warning", role: "trainer", message: `TensorBoard writes dropped from now on: ${error instanceof Error ? error.message : String(error)}` })}\n`,
-      );
-    }
+/** The code's commit: AGENTRL_GIT_COMMIT (images have no .git), else `git rev-parse HEAD`, else none. */
+function gitCommit(): string | undefined {
+  if (process.env.AGENTRL_GIT_COMMIT) return process.env.AGENTRL_GIT_COMMIT;
+  try {
+    return (
+      execFileSync("git", ["rev-parse", "HEAD"], { stdio: ["ignore", "pipe", "ignore"] })
+        .toString()
+        .trim() || undefined
+    );
+  } catch {
+    return undefined;
   }
 }
 

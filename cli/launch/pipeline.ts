@@ -9,6 +9,7 @@ import { checkpointFolderStore } from "../../shared/model/hf/base.ts";
 import { copyVersion, newestVersion, versionPrefix } from "../../shared/protocol/checkpoints.ts";
 import type { EvalReport, StepMetrics } from "../../shared/protocol/metrics.ts";
 import { secretEnv, withGeneratedSecrets } from "../../shared/security/secrets.ts";
+import { openTrackers } from "../../shared/tracking/index.ts";
 import { createTransport } from "../../shared/transport/index.ts";
 import type { ObjectStore } from "../../shared/transport/types.ts";
 import { evalComparisonMarkdown, readMetrics, writeRunReport } from "../report/report.ts";
@@ -232,7 +233,10 @@ export async function runPipeline(options: PipelineOptions): Promise<PipelineRes
         : `aws (${config.transport.endpoint ?? "AWS"})`,
     ],
   ]);
-  if (evals.length > 0) writeFileSync(join(runDir, "eval.md"), `${evalComparisonMarkdown(evals)}\n`);
+  if (evals.length > 0) {
+    writeFileSync(join(runDir, "eval.md"), `${evalComparisonMarkdown(evals)}\n`);
+    await trackEvaluation(config, runDir, records.at(-1)?.step ?? 0, evals, interrupted, log);
+  }
   return { runDir, reportFile, steps: records.length, newestVersion: newest, evals, interrupted };
 }
 
@@ -335,4 +339,37 @@ function watchMetrics(file: string, onRecords: (records: StepMetrics[]) => void)
       .catch(() => {});
   }, 2_000);
   return { stop: () => clearInterval(timer) };
+}
+
+/**
+ * The closing evaluation in the run's trackers, at the last trainer step: the comparison table as
+ * text (TensorBoard's text tab) and the newest policy's success per task as `eval/<task>/success`.
+ * The trainer has ended its tracker run by then; MLflow's is continued (trackers.json) and ended again.
+ */
+async function trackEvaluation(
+  config: ExperimentConfig,
+  runDir: string,
+  step: number,
+  evals: readonly EvalReport[],
+  interrupted: boolean,
+  log: Logger,
+): Promise<void> {
+  // where the trainer wrote (the trajectory bucket on the AWS transport), so TensorBoard shows one run
+  const transport = config.transport.kind === "aws" ? await createTransport(config.transport) : undefined;
+  const tracker = openTrackers(config.tracking, {
+    runFolder: runDir,
+    runName: config.experimentId,
+    env: process.env,
+    warn: (message) => log.warn(message),
+    ...(transport ? { tensorboardStore: transport.store("trajectories") } : {}),
+  });
+  tracker.text(step, "evaluation", evalComparisonMarkdown(evals));
+  const newest = evals.at(-1);
+  if (newest)
+    tracker.scalars(step, {
+      ...Object.fromEntries(newest.tasks.map((t) => [`eval/${t.task}/success`, t.success])),
+      "eval/avg/success": newest.averageSuccess,
+    });
+  await tracker.finish(interrupted ? "FAILED" : "FINISHED");
+  await transport?.close();
 }

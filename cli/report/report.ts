@@ -2,6 +2,7 @@ import { readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { parseJsonOrThrow } from "../../shared/errors.ts";
 import { type EvalReport, StepMetrics } from "../../shared/protocol/metrics.ts";
+import { readTrackerLinks, type TrackerLinks } from "../../shared/tracking/links.ts";
 import { chartSpecs, chartsHtml } from "./charts.ts";
 
 export { stalenessHistogram, tasksIn } from "./charts.ts";
@@ -244,6 +245,14 @@ export interface ReportInput {
   readonly evals: readonly EvalReport[];
   /** Free-form facts shown at the top (config summary, durations). */
   readonly facts: ReadonlyArray<readonly [string, string]>;
+  /** Tracker runs holding the same metrics per step (trackers.json). */
+  readonly trackers?: TrackerLinks;
+}
+
+/** Links to the tracker runs that hold every step's metrics (the MLflow run page). */
+function trackersHtml(links: TrackerLinks): string {
+  if (!links.mlflow) return "";
+  return `<p id="tracker-run">Every step's metrics, by step, in MLflow: <a href="${escapeXml(links.mlflow.url)}">run ${escapeXml(links.mlflow.runId)}</a></p>`;
 }
 
 /** The run report: facts, success table (§6 layout), and uPlot charts of success, reward, throughput, losses and staleness. */
@@ -259,6 +268,7 @@ td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}th{background:#f4f4
 </head><body>
 <h1>${escapeXml(input.title)}</h1>
 <table>${facts}</table>
+${trackersHtml(input.trackers ?? {})}
 ${alarms}
 <h2>Test success (%)</h2>
 ${input.evals.length > 0 ? evalTableHtml(input.evals) + pairedTableHtml(input.evals) : "<p>No evaluation was run.</p>"}
@@ -277,6 +287,9 @@ export async function writeRunReport(
 ): Promise<string> {
   const records = await readMetrics(join(runDir, "metrics.jsonl"));
   const file = join(runDir, "report.html");
-  await writeFile(file, renderReport({ title: `agentrl-ts run ${runDir}`, records, evals, facts }));
+  await writeFile(
+    file,
+    renderReport({ title: `agentrl-ts run ${runDir}`, records, evals, facts, trackers: readTrackerLinks(runDir) }),
+  );
   return file;
 }

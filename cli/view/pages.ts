@@ -1,6 +1,7 @@
 import type { Trajectory } from "../../shared/protocol/messages.ts";
 import type { ChatMessage } from "../../shared/protocol/openai.ts";
 import type { StepRecord, StepTrajectory } from "../../shared/protocol/stepRecord.ts";
+import type { TrackerLinks } from "../../shared/tracking/links.ts";
 import { scriptJson } from "../report/charts.ts";
 import { escapeXml as esc } from "../report/report.ts";
 import { type ListPage, type ListQuery, type RunView, SUCCESS_REWARD, type TrajectorySummary } from "./runData.ts";
@@ -367,6 +368,12 @@ export function stepsPage(view: RunView): string {
   return layout(view, `steps · ${view.experimentId}`, body);
 }
 
+/** A line linking a step to the tracker run that holds its metrics (MLflow), when one is configured. */
+export function trackerRunHtml(links: TrackerLinks, step: number): string {
+  if (!links.mlflow) return "";
+  return `<p id="tracker-run">step ${step}'s metrics in MLflow: <a href="${esc(links.mlflow.url)}">run ${esc(links.mlflow.runId)}</a> (step axis ${step})</p>`;
+}
+
 /** One step: its losses and groups (rewards, advantages before and after task normalization, loss shares). */
 export function stepPage(view: RunView, record: StepRecord): string {
   const groups = new Map<string, StepTrajectory[]>();
@@ -391,6 +398,7 @@ export function stepPage(view: RunView, record: StepRecord): string {
   const body = `<h1>Step ${record.step}</h1>
 <p id="losses">weights v${record.trainedVersion} · ${record.tokens} trained tokens · loss ${l.total.toFixed(4)} (policy ${l.policy.toFixed(4)}, kl ${l.kl.toFixed(5)}) · clipped ${(100 * l.clipFrac).toFixed(1)}% · grad norm ${l.gradNorm.toFixed(3)}${l.skipped ? " · <b>optimizer step skipped (non-finite gradient)</b>" : ""} · ${record.params.estimator}, task normalization ${record.params.taskAdvantageNorm ? "on" : "off"}</p>
 <table id="groups"><tr><th class="l">group</th><th class="l">trajectory</th><th>reward</th><th>advantage</th><th>after task norm.</th><th>loss share</th><th>trained tokens</th><th>clipped</th><th class="l">dropped</th></tr>${groupRows}</table>${unloaded}
+${trackerRunHtml(view.trackerLinks, record.step)}
 <p>${view.steps.has(record.step - 1) ? `<a href="/steps/${record.step - 1}">← step ${record.step - 1}</a> ` : ""}${view.steps.has(record.step + 1) ? `<a href="/steps/${record.step + 1}">step ${record.step + 1} →</a>` : ""}</p>`;
   return layout(view, `step ${record.step} · ${view.experimentId}`, body);
 }

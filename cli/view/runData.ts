@@ -6,6 +6,7 @@ import { TransportConfig } from "../../shared/config/transport.ts";
 import { issuesOf, ValidationError } from "../../shared/errors.ts";
 import { Trajectory } from "../../shared/protocol/messages.ts";
 import { STEP_RECORD_PREFIX, StepRecord, type StepTrajectory } from "../../shared/protocol/stepRecord.ts";
+import { readTrackerLinks, type TrackerLinks } from "../../shared/tracking/links.ts";
 import { createTransport } from "../../shared/transport/index.ts";
 import { LocalObjectStore } from "../../shared/transport/local.ts";
 import type { ObjectStore, Transport } from "../../shared/transport/types.ts";
@@ -225,6 +226,11 @@ export class RunView {
 
   get experimentId(): string {
     return this.location.experimentId;
+  }
+
+  /** The tracker runs this run wrote to (trackers.json), read on each page: a training run adds them as it goes. */
+  get trackerLinks(): TrackerLinks {
+    return readTrackerLinks(this.runDir);
   }
 
   /** What the folder lacks or could not be read, shown on every page. */

@@ -4,6 +4,7 @@ import type { HttpLimitsConfig } from "../../shared/config/limits.ts";
 import { parseJsonOrThrow, ValidationError } from "../../shared/errors.ts";
 import { bodyText, createApp, readJson } from "../../shared/http.ts";
 import type { Logger } from "../../shared/log.ts";
+import type { ServiceMetrics } from "../../shared/metrics.ts";
 import {
   CalculateOverall,
   ControllerCancel,
@@ -41,6 +42,7 @@ export interface ControllerAppOptions {
   readonly controllerSecret: string | undefined;
   readonly httpLimits: HttpLimitsConfig;
   readonly log: Logger;
+  readonly metrics?: ServiceMetrics;
 }
 
 /**
@@ -49,7 +51,7 @@ export interface ControllerAppOptions {
  * @example const app = controllerApp(controller, { envSecret, controllerSecret, httpLimits, log });
  */
 export function controllerApp(api: ControllerApi, options: ControllerAppOptions): Hono {
-  const app = createApp(options.log, options.httpLimits);
+  const app = createApp(options.log, options.httpLimits, options.metrics);
   // Checked before any body is read: an unauthenticated call changes nothing.
   const workerAuth = requireBearer(options.envSecret, "env workers (AGENTRL_ENV_SECRET)");
   const callerAuth = requireBearer(

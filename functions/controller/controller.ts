@@ -3,6 +3,7 @@ import type { HttpLimitsConfig } from "../../shared/config/limits.ts";
 import { calculateOverall } from "../../shared/env/worker.ts";
 import { DEFAULT_HTTP_LIMITS, HttpError, listen, type RunningServer } from "../../shared/http.ts";
 import { createLogger, type Logger } from "../../shared/log.ts";
+import type { ServiceMetrics } from "../../shared/metrics.ts";
 import {
   type CalculateOverall,
   type Heartbeat,
@@ -63,6 +64,8 @@ export interface ControllerOptions {
    */
   readonly httpLimits?: HttpLimitsConfig;
   readonly log?: Logger;
+  /** Prometheus metrics at GET /metrics (requests, sessions, workers, capacity). @default - no /metrics */
+  readonly metrics?: ServiceMetrics;
 }
 
 /** The controller state machine plus its Hono app; {@link startController} binds it to a port. */
@@ -111,6 +114,41 @@ export class Controller implements ControllerApi {
     const sweepEvery = Math.max(20, Math.min(1_000, sessionIdleTimeoutMs / 4, heartbeatTimeoutMs / 2));
     this.sweepTimer = setInterval(() => this.sweep(), sweepEvery);
     this.sweepTimer.unref();
+    if (options.metrics) this.describe(options.metrics);
+  }
+
+  /** Sessions and workers, read at scrape time. */
+  private describe(metrics: ServiceMetrics): void {
+    const perTask = (value: (task: ListWorkersResponse[string]) => number) => () =>
+      Object.fromEntries(Object.entries(this.listWorkers()).map(([task, entry]) => [task, value(entry)]));
+    const workers = (entry: ListWorkersResponse[string]) => Object.values(entry.workers);
+    metrics.gaugesOf("agentrl_controller_sessions", "open sessions per task", "task", () => {
+      const counts: Record<string, number> = {};
+      for (const s of Object.values(this.listSessions())) counts[s.name] = (counts[s.name] ?? 0) + 1;
+      return counts;
+    });
+    metrics.gaugesOf(
+      "agentrl_controller_workers_alive",
+      "ALIVE env workers per task",
+      "task",
+      perTask((e) => workers(e).filter((w) => w.status === "ALIVE").length),
+    );
+    metrics.gaugesOf(
+      "agentrl_controller_capacity",
+      "session slots of ALIVE workers per task",
+      "task",
+      perTask((e) =>
+        workers(e)
+          .filter((w) => w.status === "ALIVE")
+          .reduce((sum, w) => sum + w.capacity, 0),
+      ),
+    );
+    metrics.gaugesOf(
+      "agentrl_controller_rejected",
+      "start_sample calls answered 406 (no free slot) per task since start",
+      "task",
+      perTask((e) => e.rejected ?? 0),
+    );
   }
 
   /** The Hono app with every controller endpoint under /api. */
@@ -120,6 +158,7 @@ export class Controller implements ControllerApi {
       controllerSecret: this.options.controllerSecret,
       httpLimits: this.httpLimits,
       log: this.log,
+      ...(this.options.metrics ? { metrics: this.options.metrics } : {}),
     });
   }
 

@@ -4,6 +4,7 @@ import type { ExperimentConfig } from "../../shared/config/index.ts";
 import { parseJsonOrThrow, ValidationError } from "../../shared/errors.ts";
 import { bodyText, createApp, HttpError, readJson } from "../../shared/http.ts";
 import { createLogger, type Logger } from "../../shared/log.ts";
+import type { ServiceMetrics } from "../../shared/metrics.ts";
 import {
   type Generation,
   type PolicyClient,
@@ -40,6 +41,8 @@ export interface GatewayOptions {
   readonly log?: Logger;
   /** Clock, ms (tests move it to expire sessions). @default Date.now */
   readonly now?: () => number;
+  /** Prometheus metrics at GET /metrics: requests, open sessions, the counters. @default - no /metrics */
+  readonly metrics?: ServiceMetrics;
 }
 
 /** Cumulative counts of one gateway process (also stamped on every exported trajectory). */
@@ -115,8 +118,17 @@ export function createGateway(options: GatewayOptions): Gateway {
     dropped: 0,
   };
 
-  const app = createApp(log, config.limits.http);
+  const app = createApp(log, config.limits.http, options.metrics);
   const openCount = () => [...sessions.values()].filter((s) => s.state === "open").length;
+  if (options.metrics) {
+    options.metrics.gaugeOf("agentrl_gateway_open_sessions", "sessions open now", openCount);
+    for (const key of Object.keys(counters) as Array<keyof GatewayCounters>)
+      options.metrics.counterOf(
+        `agentrl_gateway_${key.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`)}_total`,
+        `gateway counter ${key} (see GatewayCounters)`,
+        () => counters[key],
+      );
+  }
 
   app.get("/health", (c) => c.json({ status: "ok", openSessions: openCount() }));
 

@@ -4,6 +4,7 @@ import type { ExperimentConfig } from "../../shared/config/index.ts";
 import { AgentRlError } from "../../shared/errors.ts";
 import { listen } from "../../shared/http.ts";
 import { createLogger, type Logger } from "../../shared/log.ts";
+import type { ServiceMetrics } from "../../shared/metrics.ts";
 import { PolicyClient } from "../../shared/policy/client.ts";
 import { PolicyPool, type PoolUrls } from "../../shared/policy/pool.ts";
 import type { Secrets } from "../../shared/security/secrets.ts";
@@ -36,7 +37,12 @@ export async function startGateway(
   transport: Transport,
   urls: PoolUrls,
   secrets: Secrets,
-  options: { readonly log?: Logger; readonly port?: number; readonly signal?: AbortSignal } = {},
+  options: {
+    readonly log?: Logger;
+    readonly port?: number;
+    readonly signal?: AbortSignal;
+    readonly metrics?: ServiceMetrics;
+  } = {},
 ): Promise<RunningGateway> {
   const log = options.log ?? createLogger({ role: "gateway", experimentId: config.experimentId });
   if (!secrets.gatewayAdminKey)
@@ -59,6 +65,7 @@ export async function startGateway(
     adminKey: secrets.gatewayAdminKey,
     publicUrl: () => publicUrl,
     log,
+    ...(options.metrics ? { metrics: options.metrics } : {}),
   });
   const port = options.port ?? config.gateway.port ?? 0;
   const http = await listen(gateway.app, port, config.gateway.host, config.limits.http);

@@ -58,6 +58,8 @@ export const KEY_PREFIXES = {
   stepRecords: STEP_RECORD_PREFIX,
   /** engines/<id>.json: what each synced engine serves (the trainer's syncer writes, rollout workers read). */
   engines: ENGINE_RECORD_PREFIX,
+  /** tensorboard/<experimentId>/: TensorBoard event files on the AWS transport (the trainer writes them). */
+  tensorboard: "tensorboard/",
 } as const;
 
 /**
@@ -82,6 +84,7 @@ export const ROLE_ACCESS: Readonly<Record<ContainerRole, RoleAccess>> = {
     stores: [
       { store: "trajectories", prefix: KEY_PREFIXES.trajectories, use: ["read"] },
       { store: "trajectories", prefix: KEY_PREFIXES.stepRecords, use: ["write"] },
+      { store: "trajectories", prefix: KEY_PREFIXES.tensorboard, use: ["write"] },
       { store: "checkpoints", prefix: KEY_PREFIXES.policies, use: ["read", "write"] },
       // read: a restarted syncer continues the record's seq, never reusing one
       { store: "checkpoints", prefix: KEY_PREFIXES.engines, use: ["read", "write"], feature: "engineSync" },

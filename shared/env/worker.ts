@@ -3,6 +3,7 @@ import type { z } from "zod";
 import type { EnvLimitsConfig, HttpLimitsConfig } from "../config/limits.ts";
 import { createApp, DEFAULT_HTTP_LIMITS, HttpError, listen, readJson } from "../http.ts";
 import { createLogger, type Logger } from "../log.ts";
+import type { ServiceMetrics } from "../metrics.ts";
 import {
   CalculateOverall,
   type Heartbeat,
@@ -48,12 +49,14 @@ export interface ServeTaskOptions {
   /** Tool calls per turn and echo length of errors (`limits.env`). @default limits.env defaults */
   readonly episodeLimits?: EnvLimitsConfig;
   readonly log?: Logger;
+  /** Prometheus metrics at GET /metrics: requests, sessions, slots, episodes. @default - no /metrics */
+  readonly metrics?: ServiceMetrics;
 }
 
 /** What a {@link TaskWorker} needs of {@link ServeTaskOptions} (the socket's options stay with serveTask). */
 export type TaskWorkerOptions = Pick<
   ServeTaskOptions,
-  "concurrency" | "idleTimeoutMs" | "envSecret" | "httpLimits" | "limits" | "episodeLimits"
+  "concurrency" | "idleTimeoutMs" | "envSecret" | "httpLimits" | "limits" | "episodeLimits" | "metrics"
 > & { readonly log: Logger };
 
 /**
@@ -115,6 +118,7 @@ export class TaskWorker {
   private readonly httpLimits: HttpLimitsConfig;
   private readonly limits: WorkerLimits;
   private readonly episodeLimits: EnvLimitsConfig;
+  private readonly metrics: ServiceMetrics | undefined;
 
   constructor(
     readonly task: TaskDefinition,
@@ -128,6 +132,15 @@ export class TaskWorker {
     this.log = options.log;
     this.envSecret = options.envSecret;
     this.httpLimits = options.httpLimits ?? DEFAULT_HTTP_LIMITS;
+    this.metrics = options.metrics;
+    if (this.metrics) {
+      this.metrics.gaugeOf("agentrl_env_sessions", "open sessions", () => this.sessions.size);
+      this.metrics.gaugeOf("agentrl_env_capacity", "sessions served at once at most", () => this.concurrency);
+      this.metrics.gaugeOf("agentrl_env_draining", "1 while the worker takes no new session", () =>
+        this.draining ? 1 : 0,
+      );
+      this.metrics.counterOf("agentrl_env_episodes_total", "sessions started", () => this.episodes);
+    }
     this.limits = limits;
     this.episodeLimits = options.episodeLimits ?? DEFAULT_EPISODE_LIMITS;
     if (!Number.isInteger(concurrency) || concurrency < 1)
@@ -174,7 +187,7 @@ export class TaskWorker {
 
   /** The Hono app serving the worker endpoints under /api. */
   app() {
-    const app = createApp(this.log, this.httpLimits);
+    const app = createApp(this.log, this.httpLimits, this.metrics);
     app.use("/api/*", requireBearer(this.envSecret, "the controller (AGENTRL_ENV_SECRET)"));
     app.post("/api/start_sample", async (c) =>
       this.startSample(c, await readJson(c, WorkerStartSample, "start_sample body")),

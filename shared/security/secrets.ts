@@ -14,12 +14,15 @@ import { issuesOf, ValidationError } from "../errors.ts";
  * - `AGENTRL_POLICY_API_KEY`: callers of our policy servers (like vLLM's `--api-key`). Optional.
  * - `AGENTRL_GATEWAY_ADMIN_KEY`: who may open gateway sessions (`POST /v1/sessions`). The gateway
  *   refuses to start without it; each session then gets its own key, good for that session only.
+ * - `AGENTRL_METRICS_TOKEN`: Prometheus scrapers of `/metrics` on every role (shared/metrics.ts).
+ *   Read-only, so a scraper holds none of the keys above. Optional; unset leaves /metrics open.
  */
 export const SECRET_VARIABLES = {
   envSecret: "AGENTRL_ENV_SECRET",
   controllerSecret: "AGENTRL_CONTROLLER_SECRET",
   policyApiKey: "AGENTRL_POLICY_API_KEY",
   gatewayAdminKey: "AGENTRL_GATEWAY_ADMIN_KEY",
+  metricsToken: "AGENTRL_METRICS_TOKEN",
 } as const;
 
 const Secret = z
@@ -33,6 +36,7 @@ const SecretsEnv = z.object({
   AGENTRL_CONTROLLER_SECRET: Secret.optional(),
   AGENTRL_POLICY_API_KEY: Secret.optional(),
   AGENTRL_GATEWAY_ADMIN_KEY: Secret.optional(),
+  AGENTRL_METRICS_TOKEN: Secret.optional(),
 });
 
 export interface Secrets {
@@ -40,6 +44,7 @@ export interface Secrets {
   readonly controllerSecret?: string;
   readonly policyApiKey?: string;
   readonly gatewayAdminKey?: string;
+  readonly metricsToken?: string;
 }
 
 /** Reads the secrets from `env`; a malformed one throws naming the variable (never its value). */
@@ -61,6 +66,7 @@ export function readSecrets(env: NodeJS.ProcessEnv = process.env): Secrets {
     ...(parsed.data.AGENTRL_CONTROLLER_SECRET ? { controllerSecret: parsed.data.AGENTRL_CONTROLLER_SECRET } : {}),
     ...(parsed.data.AGENTRL_POLICY_API_KEY ? { policyApiKey: parsed.data.AGENTRL_POLICY_API_KEY } : {}),
     ...(parsed.data.AGENTRL_GATEWAY_ADMIN_KEY ? { gatewayAdminKey: parsed.data.AGENTRL_GATEWAY_ADMIN_KEY } : {}),
+    ...(parsed.data.AGENTRL_METRICS_TOKEN ? { metricsToken: parsed.data.AGENTRL_METRICS_TOKEN } : {}),
   };
 }
 
@@ -73,6 +79,7 @@ export function withGeneratedSecrets(env: NodeJS.ProcessEnv = process.env): Requ
     controllerSecret: given.controllerSecret ?? fresh(),
     policyApiKey: given.policyApiKey ?? fresh(),
     gatewayAdminKey: given.gatewayAdminKey ?? fresh(),
+    metricsToken: given.metricsToken ?? fresh(),
   };
 }
 

@@ -5,6 +5,7 @@ import { runPipeline } from "../../cli/launch/pipeline.ts";
 import { readMetrics } from "../../cli/report/report.ts";
 import { type ExperimentConfig, parseConfig } from "../../shared/config/index.ts";
 import { listVersions } from "../../shared/protocol/checkpoints.ts";
+import { tensorboardPrefix } from "../../shared/tracking/index.ts";
 import { createTransport } from "../../shared/transport/index.ts";
 import { readLedger } from "../../trainer-image/trainer/ledger.ts";
 import { waitFor } from "../env/helpers.ts";
@@ -16,6 +17,8 @@ import {
   storedTrajectories,
   tinyConfig as tinyTrainingConfig,
 } from "../support/pipelineRun.ts";
+import { commandMissing, requireOrSkip } from "../support/requirements.ts";
+import { decodeEvent, decodeEventFolder, tfRecordFrames } from "../support/tfrecord.ts";
 import { tempDir } from "../support/tmp.ts";
 
 /** Trainer steps of a run; the faulted one runs longer, so its faults land before the run ends. */
@@ -94,7 +97,48 @@ async function runAndCheck(config: ExperimentConfig, base: string, faults = fals
   expect(result.evals.map((e) => e.policy)).toEqual(["v0 (base) T=1 k=2", `v${steps} T=1 k=2`]);
   for (const row of result.evals.flatMap((e) => e.tasks)) expect(row).toMatchObject({ episodes: 2, samples: 2 });
   expect(result.reportFile).toBe(join(runDir, "report.html"));
+
+  // TensorBoard (tracking.tensorboard on by default): every metric key the run logged with a
+  // finite value, the histograms and the closing evaluation's table, read back by protoc.
+  if (hasProtoc) {
+    // on the AWS transport the trainer writes them to the trajectory bucket (read as s3://)
+    const decoded = (
+      runConfig.transport.kind === "aws"
+        ? await decodeEventObjects(runConfig, tensorboardPrefix(runConfig.experimentId))
+        : decodeEventFolder(join(runDir, "tensorboard"))
+    ).join("\n");
+    const keys = new Set(
+      records.flatMap((r) =>
+        Object.entries(r.metrics)
+          .filter(([, v]) => Number.isFinite(v))
+          .map(([k]) => k),
+      ),
+    );
+    for (const key of keys) expect(decoded, key).toContain(`tag: "${key}"`);
+    for (const tag of ["advantages", "staleness", "evaluation"]) expect(decoded).toContain(`tag: "${tag}"`);
+    expect(decoded).toContain('plugin_name: "text"');
+  }
 }
+
+/** Every record of the event files under `prefix` in the run's trajectory store, decoded by protoc. */
+async function decodeEventObjects(config: ExperimentConfig, prefix: string): Promise<string[]> {
+  const transport = await createTransport(config.transport);
+  try {
+    const store = transport.store("trajectories");
+    const decoded: string[] = [];
+    for (const { key } of await store.list(prefix))
+      decoded.push(...tfRecordFrames((await store.get(key)) as Uint8Array).map(decodeEvent));
+    return decoded;
+  } finally {
+    await transport.close();
+  }
+}
+
+const hasProtoc = requireOrSkip(
+  "pipeline.test.ts",
+  "TensorBoard files of a run decoded by protoc",
+  commandMissing("protoc", "apt-get install -y protobuf-compiler"),
+);
 
 /** Poll period of the fault injector (it reads logs and lists the store). */
 const POLL_MS = 200;

@@ -3,6 +3,7 @@ import type { ChatCodec } from "../../shared/chat/index.ts";
 import { type ExperimentConfigInput, parseConfig } from "../../shared/config/index.ts";
 import { listen, type RunningServer } from "../../shared/http.ts";
 import { createLogger, type Logger } from "../../shared/log.ts";
+import type { ServiceMetrics } from "../../shared/metrics.ts";
 import { PolicyClient } from "../../shared/policy/client.ts";
 import { PolicyPool } from "../../shared/policy/pool.ts";
 import { MemberDropped, Trajectory, TrajectoryReady } from "../../shared/protocol/messages.ts";
@@ -33,6 +34,7 @@ export async function startHarness(
   overrides: ExperimentConfigInput = {},
   behaviour: Partial<FakePolicyBehaviour> = {},
   log: Logger = createLogger({ role: "gateway-test" }),
+  metrics?: ServiceMetrics,
 ): Promise<Harness> {
   const config = parseConfig({
     experimentId: "gw",
@@ -55,6 +57,7 @@ export async function startHarness(
     publicUrl: () => http?.url ?? "",
     now: () => clock.now,
     log,
+    ...(metrics ? { metrics } : {}),
   });
   http = await listen(gateway.app);
   const url = http.url;

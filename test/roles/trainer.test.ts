@@ -251,11 +251,13 @@ describe("runTrainer on the local transport with a tiny model", () => {
     const lines: StepMetrics[] = [];
     const tensors: number[] = [];
     const events: string[] = [];
+    const distributions: Array<{ step: number; advantages: readonly number[]; staleness: readonly number[] }> = [];
     const summary = await runTrainer(config(), recording(transport, events), {
       waitSeconds: 0,
       metrics: (line) => {
         lines.push(line);
       },
+      distributions: (step, values) => void distributions.push({ step, ...values }),
       onStep: (info) => {
         tensors.push(tf.memory().numTensors);
         if (info.step < 3) void deliver(transport, batchOf(info.step));
@@ -290,6 +292,15 @@ describe("runTrainer on the local transport with a tiny model", () => {
     expect(events.indexOf("policy-events.send")).toBeLessThan(firstDelete);
     // no tensor leak from step to step
     expect(tensors[2]).toBe(tensors[0]);
+    // the histograms' values: one advantage per trajectory (zero-mean within each group of 2),
+    // one staleness per trained token, as many as the step's trained tokens
+    expect(distributions.map((d) => d.step)).toEqual([1, 2, 3]);
+    for (const d of distributions) {
+      expect(d.advantages).toHaveLength(4);
+      expect(d.advantages[0]! + d.advantages[1]!).toBeCloseTo(0, 9);
+      expect(d.staleness.length).toBe(lines[d.step - 1]?.metrics["rollout/tokens"]);
+      expect(d.staleness.every((s) => s >= 0)).toBe(true);
+    }
   });
 
   it("policy.exportHf: a published version is also a Hugging Face folder, written after its manifest and before its event", async () => {

@@ -5,6 +5,7 @@ import { LimitsConfig } from "../../shared/config/limits.ts";
 import { ValidationError } from "../../shared/errors.ts";
 import { createApp, HttpError, readJson } from "../../shared/http.ts";
 import type { Logger } from "../../shared/log.ts";
+import type { ServiceMetrics } from "../../shared/metrics.ts";
 import { backendInfo } from "../../shared/model/backend.ts";
 import type { InferencePolicy } from "../../shared/model/types.ts";
 import {
@@ -44,6 +45,8 @@ export interface PolicyServerOptions {
    * (tfjs-node, untested in a worker) and for other policies (test doubles that live in this thread)
    */
   readonly decodeThread?: "worker" | "main";
+  /** Prometheus metrics at GET /metrics: requests, queue, batch, generated tokens, version. @default - no /metrics */
+  readonly metrics?: ServiceMetrics;
 }
 
 /** A policy server: the HTTP app plus the scheduler and the hook that swaps weights. */
@@ -88,7 +91,8 @@ export function createPolicyServer(options: PolicyServerOptions): PolicyServer {
   const startedAt = Math.floor(Date.now() / 1000);
 
   const limits = options.limits ?? LimitsConfig.parse({});
-  const app = createApp(log, limits.http);
+  const app = createApp(log, limits.http, options.metrics);
+  if (options.metrics) describeScheduler(options.metrics, scheduler);
   // No token covers more UTF-16 units than its UTF-8 bytes, so text/maxTokenBytes bounds the
   // prompt's token count from below: a prompt that cannot fit is refused before tokenizing it.
   const maxTokenBytes = longestTokenBytes(codec);
@@ -310,4 +314,33 @@ function longestTokenBytes(codec: ChatCodec): number {
 
 function pick(stats: ReturnType<Generator["stats"]>): { active: number; queued: number } {
   return { active: stats.active, queued: stats.queued };
+}
+
+/** The scheduler's queue, batch and totals, read at scrape time (tokens/s is `rate(agentrl_policy_generated_tokens_total[1m])`). */
+function describeScheduler(metrics: ServiceMetrics, scheduler: Generator): void {
+  metrics.gaugeOf(
+    "agentrl_policy_queued_sequences",
+    "requests waiting for a decoder slot",
+    () => scheduler.stats().queued,
+  );
+  metrics.gaugeOf("agentrl_policy_active_sequences", "sequences being decoded", () => scheduler.stats().active);
+  metrics.gaugeOf("agentrl_policy_version", "policy version served", () => scheduler.stats().policyVersion);
+  metrics.counterOf(
+    "agentrl_policy_generated_tokens_total",
+    "tokens generated",
+    () => scheduler.stats().generatedTokens,
+  );
+  metrics.counterOf(
+    "agentrl_policy_prefilled_tokens_total",
+    "prompt tokens prefilled",
+    () => scheduler.stats().prefilledTokens,
+  );
+  metrics.counterOf("agentrl_policy_decode_steps_total", "batched decode steps", () => scheduler.stats().decodeSteps);
+  metrics.counterOf(
+    "agentrl_policy_batched_sequence_steps_total",
+    "sequences summed over decode steps (mean batch = rate of this / rate of decode steps)",
+    () => scheduler.stats().batchedSequenceSteps,
+  );
+  metrics.counterOf("agentrl_policy_completed_total", "generations completed", () => scheduler.stats().completed);
+  metrics.counterOf("agentrl_policy_failed_total", "generations failed", () => scheduler.stats().failed);
 }

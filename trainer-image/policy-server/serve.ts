@@ -5,6 +5,7 @@ import type { ExperimentConfig } from "../../shared/config/index.ts";
 import { AgentRlError } from "../../shared/errors.ts";
 import { listen } from "../../shared/http.ts";
 import type { Logger } from "../../shared/log.ts";
+import type { ServiceMetrics } from "../../shared/metrics.ts";
 import { loadCheckpoint } from "../../shared/model/checkpoint.ts";
 import { checkpointFolderStore, loadHfPolicy } from "../../shared/model/hf/index.ts";
 import { initBackend } from "../../shared/model/index.ts";
@@ -30,6 +31,8 @@ export interface ServePolicyOptions {
   readonly apiKey?: string;
   /** Where prefill and decode run (see PolicyServerOptions.decodeThread). @default "worker" */
   readonly decodeThread?: "worker" | "main";
+  /** Prometheus metrics at GET /metrics. @default - no /metrics */
+  readonly metrics?: ServiceMetrics;
 }
 
 export interface RunningPolicyServer {
@@ -134,6 +137,7 @@ export async function servePolicy(options: ServePolicyOptions): Promise<RunningP
     limits: config.limits,
     ...(options.apiKey ? { apiKey: options.apiKey } : {}),
     ...(options.decodeThread ? { decodeThread: options.decodeThread } : {}),
+    ...(options.metrics ? { metrics: options.metrics } : {}),
   });
 
   try {

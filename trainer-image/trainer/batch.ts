@@ -34,6 +34,8 @@ export interface PreparedBatch {
   readonly trajectoryAdvantages: number[];
   /** Trained (loss-masked) tokens of the step: the token-mean denominator. */
   readonly tokens: number;
+  /** Staleness of every trained token (for the staleness histogram). */
+  readonly staleness: number[];
   /** Counters of this step (`rollout/...`, `staleness/<k>`). */
   readonly metrics: Record<string, number>;
 }
@@ -79,6 +81,7 @@ export function prepareBatch(
   const freshMasks: number[][] = [];
   let stalenessSum = 0;
   let generated = 0;
+  const stalenessOfTokens: number[] = [];
   for (const t of trajectories) {
     const length = Math.min(t.tokenIds.length, maxLength);
     if (length < t.tokenIds.length) metrics["rollout/truncated"]! += 1;
@@ -113,6 +116,7 @@ export function prepareBatch(
       kept += 1;
       generated += 1;
       stalenessSum += staleness;
+      stalenessOfTokens.push(staleness);
       metrics["rollout/staleness_max"] = Math.max(metrics["rollout/staleness_max"]!, staleness);
       metrics[`staleness/${staleness}`] = (metrics[`staleness/${staleness}`] ?? 0) + 1;
     }
@@ -153,7 +157,7 @@ export function prepareBatch(
       fresh: freshMasks[i] as number[],
     });
   });
-  return { rows, trajectoryAdvantages, tokens: generated, metrics };
+  return { rows, trajectoryAdvantages, tokens: generated, staleness: stalenessOfTokens, metrics };
 }
 
 /**

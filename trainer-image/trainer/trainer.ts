@@ -55,6 +55,11 @@ export interface TrainerOptions {
    */
   readonly metrics?: (line: StepMetrics) => void | Promise<void>;
   readonly onStep?: (info: StepInfo) => void;
+  /** The step's distributions, after its metrics line: trajectory advantages and every trained token's staleness. */
+  readonly distributions?: (
+    step: number,
+    values: { advantages: readonly number[]; staleness: readonly number[] },
+  ) => void;
   /** Stop after this many steps in this process (tests, benchmarks); trainer.maxSteps still applies. */
   readonly maxStepsThisRun?: number;
   /** Long-poll wait of each receive, seconds. @default 1 */
@@ -347,6 +352,7 @@ export async function runTrainer(
       elapsedSeconds: (Date.now() - startedAt) / 1000,
       metrics,
     });
+    options.distributions?.(step, { advantages: batch.trajectoryAdvantages, staleness: batch.staleness });
     if (published) await publish(metrics);
     options.onStep?.({ step, version, published, trajectories: trajectories.length, metrics });
     log.info({ step, version, published, trajectories: trajectories.length, loss: result.loss }, "trainer step");
