@@ -82,11 +82,11 @@ async function tryWebGpu(): Promise<{ reason?: string; adapter?: AdapterReport }
  * @example const { name } = await initBackend("auto"); // "wasm" on a CPU machine without tfjs-node
  */
 export async function initBackend(preference: BackendPreference = "auto"): Promise<BackendInfo> {
-  if (current) return current;
   if (!BACKEND_PREFERENCES.includes(preference))
     throw new BackendUnavailableError(
       `backend "${String(preference)}" is not allowed (allowed: ${BACKEND_PREFERENCES.join(", ")})`,
     );
+  if (current) return current;
   const skipped: string[] = [];
   if (preference === "webgpu") {
     const { reason, adapter } = await tryWebGpu();

@@ -89,7 +89,12 @@ export class WebGpuBridgeBackend extends tf.KernelBackend {
   }
 
   private entry(dataId: object): Data {
-    const d = this.data.get(dataId);
+    let d = this.data.get(dataId);
+    // A tensor another backend holds (made before a setBackend) moves here, as DataStorage does it.
+    if (!d && tf.engine().state.tensorInfo.has(dataId)) {
+      tf.engine().moveData(this, dataId);
+      d = this.data.get(dataId);
+    }
     if (!d) throw new WebGpuBridgeError("tensor data is not on the webgpu backend (disposed?)");
     return d;
   }
