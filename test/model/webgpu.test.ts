@@ -158,7 +158,63 @@ describe.skipIf(!hasAdapter)("webgpu backend against cpu (same weights)", () => 
       expect(maxAbsDiff(row, reference.logits[i]!)).toBeLessThan(1e-4);
     });
   });
+
+  it("stays on the device: a training step reads two numbers, log-probs one grid per micro-batch, a decode step its logits once", () => {
+    const values = weights(13);
+    // Two micro-batches per call (23 + 9 tokens, then 40).
+    const policy = new TransformerPolicy(CONFIG, values, 0, {
+      trainable: true,
+      optimizer: { ...TRAIN, microBatchTokens: 32 },
+    });
+    expect(countReads(() => policy.trainStep(SEQUENCES, 1, nll))).toBe(2); // the loss and the gradient norm
+    expect(countReads(() => policy.trainStep(SEQUENCES, 1, nll))).toBe(2);
+    expect(countReads(() => policy.logProbs(SEQUENCES, 1))).toBe(2); // one [b, T] grid per micro-batch
+    const tensors = tf.memory().numTensors;
+    const decoder = policy.createDecoder(2);
+    let slots: number[] = [];
+    expect(
+      countReads(() => (slots = [decoder.add([...tokens(12, 4)]).slot, decoder.add([...tokens(5, 6)]).slot])),
+    ).toBe(2);
+    expect(countReads(() => decoder.step(slots, [3, 4]))).toBe(1);
+    expect(countReads(() => decoder.step(slots, [5, 6]))).toBe(1);
+    // New weights: the running sequences' caches are recomputed, and the next step matches a fresh decoder's.
+    const next = new TransformerPolicy(CONFIG, weights(14), 1, { trainable: false });
+    decoder.setPolicy(next);
+    const continued = decoder.step([slots[0]!], [7])[0]!;
+    const fresh = next.createDecoder(1);
+    const expected = fresh.add([...tokens(12, 4), 3, 5, 7]).logits;
+    expect(maxAbsDiff(continued, expected)).toBeLessThan(1e-5);
+    fresh.dispose();
+    decoder.remove(slots[1]!);
+    decoder.dispose();
+    next.dispose();
+    expect(tf.memory().numTensors).toBe(tensors);
+    policy.dispose();
+  });
 });
+
+/** Host reads (the backend's readSync and read: dataSync, data, arraySync) while `fn` runs. */
+function countReads(fn: () => unknown): number {
+  const backend = tf.backend();
+  const { readSync, read } = backend;
+  let reads = 0;
+  backend.readSync = (dataId) => {
+    reads += 1;
+    return readSync.call(backend, dataId);
+  };
+  backend.read = (dataId) => {
+    reads += 1;
+    return read.call(backend, dataId);
+  };
+  try {
+    fn();
+  } finally {
+    // Back to the prototype's methods.
+    Reflect.deleteProperty(backend, "readSync");
+    Reflect.deleteProperty(backend, "read");
+  }
+  return reads;
+}
 
 function argmax(row: Float32Array): number {
   let best = 0;

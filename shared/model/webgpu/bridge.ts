@@ -31,9 +31,6 @@ interface Data {
   readonly dtype: tf.DataType;
 }
 
-/** Host reads of device values (dataSync/data/arraySync of a webgpu tensor): what "device-resident" is measured by. */
-export const bridgeCounters = { reads: 0, kernels: 0 };
-
 export class WebGpuBridgeBackend extends tf.KernelBackend {
   private readonly data = new WeakMap<object, Data>();
   private live = 0;
@@ -114,7 +111,6 @@ export class WebGpuBridgeBackend extends tf.KernelBackend {
     }
     const seq = this.nextSeq++;
     const firstId = this.nextId;
-    bridgeCounters.kernels += 1;
     const answer = this.call({ type: "kernel", seq, name, inputs: ids, attrs: { ...attrs }, firstId });
     if (answer.type !== "outputs") throw new WebGpuBridgeError(`webgpu kernel ${name}: unexpected ${answer.type}`);
     this.nextId = firstId + answer.outputs.length;
@@ -146,15 +142,19 @@ export class WebGpuBridgeBackend extends tf.KernelBackend {
   }
 
   override readSync(dataId: object): tf.BackendValues {
+    return this.fetch(dataId);
+  }
+
+  /** Blocks too: the device thread answers reads in order with the kernels before them. */
+  override read(dataId: object): Promise<tf.BackendValues> {
+    return Promise.resolve(this.fetch(dataId));
+  }
+
+  private fetch(dataId: object): tf.BackendValues {
     const seq = this.nextSeq++;
-    bridgeCounters.reads += 1;
     const answer = this.call({ type: "read", seq, id: this.entry(dataId).id });
     if (answer.type !== "values") throw new WebGpuBridgeError(`webgpu read: unexpected ${answer.type}`);
     return answer.values;
-  }
-
-  override read(dataId: object): Promise<tf.BackendValues> {
-    return Promise.resolve(this.readSync(dataId));
   }
 
   override disposeData(dataId: object, force = false): boolean {
