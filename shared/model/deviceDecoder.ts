@@ -27,12 +27,17 @@ function isTransformer(policy: InferencePolicy): policy is TransformerPolicy {
  * (TransformerPolicy.hidden) with the KV caches as device tensors, so a step's only host read is
  * its logits [rows, V] (what the sampler needs). The wasm/cpu decoder (decoder.ts) keeps the
  * residual stream on the host instead, which on a device would copy every activation each way.
- * No prefix cache: every prompt is prefilled.
+ *
+ * Prefix cache, as in decoder.ts: a removed sequence's cache is kept (up to `capacity` of them,
+ * least recently retired dropped first); a prompt that starts with all of a kept sequence's ids
+ * takes that cache over and prefills only the rest. Changing weights empties it.
  */
 export class DeviceDecoder implements Decoder {
   private policy: TransformerPolicy;
   private readonly slots: Array<Sequence | undefined>;
   private activeCount = 0;
+  private readonly retired: Sequence[] = [];
+  readonly prefixStats = { hits: 0, reusedTokens: 0, prefilledTokens: 0 };
 
   constructor(
     policy: TransformerPolicy,
@@ -124,11 +129,25 @@ export class DeviceDecoder implements Decoder {
     }
   }
 
-  private prefill(policy: TransformerPolicy, seq: Sequence): Float32Array {
-    for (const t of [...seq.keys, ...seq.values]) t.dispose();
-    seq.keys = [];
-    seq.values = [];
-    return this.forward(policy, Int32Array.from(seq.ids), [{ seq, first: 0, count: seq.ids.length }]);
+  /** Computes the cache rows `from` .. ids.length − 1 (0: all of them); returns the last row's logits. */
+  private prefill(policy: TransformerPolicy, seq: Sequence, from = 0): Float32Array {
+    if (from === 0) release(seq);
+    this.prefixStats.prefilledTokens += seq.ids.length - from;
+    return this.forward(policy, Int32Array.from(seq.ids.slice(from)), [
+      { seq, first: from, count: seq.ids.length - from },
+    ]);
+  }
+
+  /** Takes the kept cache whose ids the prompt continues (the longest such), or undefined. */
+  private takeRetired(prompt: readonly number[]): Sequence | undefined {
+    let best = -1;
+    this.retired.forEach((seq, i) => {
+      // The prompt's last position is always recomputed (its logits are the answer).
+      if (seq.ids.length >= prompt.length || (best >= 0 && seq.ids.length <= this.retired[best]!.ids.length)) return;
+      for (let t = 0; t < seq.ids.length; t++) if (seq.ids[t] !== prompt[t]) return;
+      best = i;
+    });
+    return best < 0 ? undefined : this.retired.splice(best, 1)[0];
   }
 
   add(prompt: readonly number[]): { slot: number; logits: Float32Array } {
@@ -136,8 +155,21 @@ export class DeviceDecoder implements Decoder {
     policy.validateTokens(prompt, "prompt");
     const slot = this.slots.indexOf(undefined);
     if (slot < 0) throw new DecoderError(`no free slot: all ${this.capacity} are in use`);
-    const seq: Sequence = { ids: [...prompt], keys: [], values: [] };
-    const logits = this.prefill(policy, seq);
+    const kept = this.takeRetired(prompt);
+    const from = kept?.ids.length ?? 0;
+    const seq: Sequence = kept ?? { ids: [], keys: [], values: [] };
+    if (kept) {
+      this.prefixStats.hits += 1;
+      this.prefixStats.reusedTokens += from;
+    }
+    seq.ids.push(...prompt.slice(from));
+    let logits: Float32Array;
+    try {
+      logits = this.prefill(policy, seq, from);
+    } catch (error) {
+      release(seq);
+      throw error;
+    }
     this.slots[slot] = seq;
     this.activeCount += 1;
     return { slot, logits };
@@ -170,9 +202,10 @@ export class DeviceDecoder implements Decoder {
 
   remove(slot: number): void {
     const seq = this.sequence(slot);
-    for (const t of [...seq.keys, ...seq.values]) t.dispose();
     this.slots[slot] = undefined;
     this.activeCount -= 1;
+    this.retired.push(seq);
+    while (this.retired.length > this.capacity) release(this.retired.shift() as Sequence);
   }
 
   setPolicy(policy: InferencePolicy): void {
@@ -185,13 +218,23 @@ export class DeviceDecoder implements Decoder {
         throw new DecoderError(`setPolicy: config.${key} differs (${a[key]} → ${b[key]}); the KV cache would not fit`);
     }
     this.policy = policy;
+    // Kept caches were computed by the old weights.
+    for (const seq of this.retired.splice(0)) release(seq);
     // As in decoder.ts: every running sequence's cache is recomputed by the new weights.
     for (const seq of this.slots) if (seq) this.prefill(policy, seq);
   }
 
   dispose(): void {
-    for (const seq of this.slots) if (seq) for (const t of [...seq.keys, ...seq.values]) t.dispose();
+    for (const seq of this.slots) if (seq) release(seq);
+    for (const seq of this.retired.splice(0)) release(seq);
     this.slots.fill(undefined);
     this.activeCount = 0;
   }
+}
+
+/** Frees a sequence's cache tensors. */
+function release(seq: Sequence): void {
+  for (const t of [...seq.keys, ...seq.values]) t.dispose();
+  seq.keys = [];
+  seq.values = [];
 }

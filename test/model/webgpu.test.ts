@@ -185,7 +185,16 @@ describe.skipIf(!hasAdapter)("webgpu backend against cpu (same weights)", () => 
     const expected = fresh.add([...tokens(12, 4), 3, 5, 7]).logits;
     expect(maxAbsDiff(continued, expected)).toBeLessThan(1e-5);
     fresh.dispose();
+    // Prefix cache: the next turn of a removed sequence prefills only its new tokens.
     decoder.remove(slots[1]!);
+    const turn = [...tokens(5, 6), 4, 6, 8, 9];
+    let extended = new Float32Array(0);
+    expect(countReads(() => (extended = decoder.add(turn).logits))).toBe(1);
+    // Prefilled: the two prompts (12, 5), both caches again for the new weights (14, 7), the turn's 2 new tokens.
+    expect(decoder.prefixStats).toEqual({ hits: 1, reusedTokens: 7, prefilledTokens: 12 + 5 + 14 + 7 + 2 });
+    const whole = next.createDecoder(1);
+    expect(maxAbsDiff(extended, whole.add(turn).logits)).toBeLessThan(1e-5);
+    whole.dispose();
     decoder.dispose();
     next.dispose();
     expect(tf.memory().numTensors).toBe(tensors);
