@@ -188,7 +188,7 @@ describe.skipIf(!hasAdapter)("webgpu backend against cpu (same weights)", () => 
     // Prefix cache: the next turn of a removed sequence prefills only its new tokens.
     decoder.remove(slots[1]!);
     const turn = [...tokens(5, 6), 4, 6, 8, 9];
-    let extended = new Float32Array(0);
+    let extended: Float32Array = new Float32Array(0);
     expect(countReads(() => (extended = decoder.add(turn).logits))).toBe(1);
     // Prefilled: the two prompts (12, 5), both caches again for the new weights (14, 7), the turn's 2 new tokens.
     expect(decoder.prefixStats).toEqual({ hits: 1, reusedTokens: 7, prefilledTokens: 12 + 5 + 14 + 7 + 2 });
