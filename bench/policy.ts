@@ -24,23 +24,33 @@
  * JSON keys: workerTokPerS64, inThreadTokPerS64, workerTokPerS1, inThreadTokPerS1 (CPU time),
  * workerLoopGapMs64, inThreadLoopGapMs64 (HTTP thread blocked at most, 64 concurrent).
  *
- * Options (environment): AGENTRL_BACKEND=auto|tensorflow|wasm|cpu, BENCH_SECONDS (per measurement and,
- * for decode, per side and width; default 1.5).
+ * Options: --backend auto|tensorflow|wasm|cpu|webgpu (else the environment's AGENTRL_BACKEND),
+ * --model default|small, --widths 1,8,64 (decode concurrencies); environment BENCH_SECONDS (per
+ * measurement and, for decode, per side and width; default 1.5). On webgpu the scheduler's worker
+ * rows are not measured (a device backend decodes on the HTTP thread) and read null in the summary;
+ * on lavapipe (webgpu on a CPU) the figures are a correctness path, not a GPU's speed.
  */
 import { readFileSync } from "node:fs";
 import { loadavg } from "node:os";
+import { parseArgs } from "node:util";
 import * as tf from "@tensorflow/tfjs";
-import { ModelConfig } from "../shared/config/policy.ts";
-import { type BackendPreference, createPolicy, initBackend } from "../shared/model/index.ts";
+import { createPolicy, initBackend } from "../shared/model/index.ts";
 import { BatchScheduler, type Generator } from "../trainer-image/policy-server/scheduler.ts";
 import { ThreadedScheduler } from "../trainer-image/policy-server/threaded.ts";
-import { PolicySummary, printSummary } from "./summary.ts";
+import { intFlag } from "./flags.ts";
+import { backendFlag, modelFlag } from "./modelFlags.ts";
+import { figure, PolicySummary, printSummary } from "./summary.ts";
 
-const preference = (process.env.AGENTRL_BACKEND ?? "auto") as BackendPreference;
-if (!["auto", "tensorflow", "wasm", "cpu"].includes(preference)) {
-  console.error(`AGENTRL_BACKEND=${preference} is not allowed (auto, tensorflow, wasm, cpu)`);
-  process.exit(2);
-}
+const { values: flags } = parseArgs({
+  options: {
+    backend: { type: "string" },
+    model: { type: "string", default: "default" },
+    widths: { type: "string", default: "1,8,64" },
+  },
+});
+const preference = backendFlag(flags.backend);
+const config = modelFlag(flags.model);
+const widths = flags.widths.split(",").map((w) => intFlag("widths", w, 1, 512));
 const seconds = Number(process.env.BENCH_SECONDS ?? 1.5);
 
 interface Rate {
@@ -76,7 +86,6 @@ const median = (xs: number[]) => {
 };
 
 const info = await initBackend(preference);
-const config = ModelConfig.parse({});
 const started = performance.now();
 console.log(`backend ${info.name} (${info.source}); load average ${loadavg()[0]!.toFixed(1)}`);
 console.log(
@@ -228,7 +237,7 @@ console.log(
     "               batched: wall   cpu  thread-cpu | one-at-a-time: wall   cpu  thread-cpu | speed-up cpu (thread)  rounds  per-round speed-ups",
 );
 const decodeRows: Array<{ n: number; batched: DecodeRate; single: DecodeRate }> = [];
-for (const n of [1, 8, 64]) {
+for (const n of widths) {
   const { batched, single, rounds, speedups } = decodeRates(n);
   decodeRows.push({ n, batched, single });
   console.log(
@@ -283,7 +292,12 @@ console.log(
   "\nthrough the scheduler (prompt 64 + 32 tokens)    tokens/s wall   tokens/s cpu   HTTP thread blocked at most (ms)",
 );
 const schedulerRows: Record<string, SchedulerRate> = {};
-for (const where of ["worker", "in-thread"] as const) {
+// A device backend decodes on the HTTP thread (trainer-image/policy-server/app.ts); webgpu's
+// device thread belongs to this one, so no decode worker is measured there.
+const places = info.name === "webgpu" ? (["in-thread"] as const) : (["worker", "in-thread"] as const);
+if (info.name === "webgpu")
+  console.log("  worker: not measured on webgpu (a device backend decodes on the HTTP thread)");
+for (const where of places) {
   const generator: Generator =
     where === "worker"
       ? new ThreadedScheduler(policy, { capacity: 64, stopTokenIds: [], contextLength: config.contextLength })
@@ -306,9 +320,10 @@ for (const where of ["worker", "in-thread"] as const) {
   await generator.stop();
 }
 
-// Training: one Adam step over 8 sequences of 256 tokens.
-const batch = Array.from({ length: 8 }, (_, i) => Int32Array.from(tokensOf(256, 100 + i)));
-const batchTokens = 8 * 256;
+// Training: one Adam step over 8 sequences of 256 tokens (fewer where the context is shorter).
+const trainLength = Math.min(256, config.contextLength);
+const batch = Array.from({ length: 8 }, (_, i) => Int32Array.from(tokensOf(trainLength, 100 + i)));
+const batchTokens = 8 * trainLength;
 const loss = (logp: tf.Tensor2D) => tf.div(tf.neg(tf.sum(logp)), batchTokens) as tf.Scalar;
 policy.trainStep(batch, 1, loss);
 const tensorsBefore = tf.memory().numTensors;
@@ -322,7 +337,7 @@ matmulGflops = measureMatmul(3);
 a.dispose();
 b.dispose();
 console.log(
-  `\ntraining tokens/s (8 x 256, Adam):  ${fmt(train.wall)} wall  ${fmt(train.cpu)} cpu   (tensors ${tensorsBefore} -> ${tensorsAfter})`,
+  `\ntraining tokens/s (8 x ${trainLength}, Adam):  ${fmt(train.wall)} wall  ${fmt(train.cpu)} cpu   (tensors ${tensorsBefore} -> ${tensorsAfter})`,
 );
 console.log(`log-probs tokens/s (forward only): ${fmt(forward.wall)} wall  ${fmt(forward.cpu)} cpu`);
 
@@ -330,7 +345,7 @@ console.log(`log-probs tokens/s (forward only): ${fmt(forward.wall)} wall  ${fmt
 // only, 4·d per (query, visible key), (L+1)/2 keys per query on average: what the math needs, not
 // what an implementation computes (the training path skips key blocks past each query block but
 // still computes the masked half of the diagonal blocks; counting those would reward waste).
-const trainFlopsPerToken = 3 * (2 * denseParams + config.layers * 4 * ((256 + 1) / 2) * d);
+const trainFlopsPerToken = 3 * (2 * denseParams + config.layers * 4 * ((trainLength + 1) / 2) * d);
 const decodeFlopsPerToken = 2 * denseParams + config.layers * 4 * (promptLength + decodeSteps / 2) * d;
 console.log(
   `\nachieved GFLOP/s (fraction of matMul 512x512: median of ${matmulRounds.length} rounds, ${matmulGflops.cpu.toFixed(1)} GFLOP/s cpu)`,
@@ -345,23 +360,24 @@ for (const row of decodeRows) line(`decode ${row.n} concurrent, batched`, row.ba
 for (const row of decodeRows) line(`decode ${row.n} concurrent, one-at-a-time`, row.single, decodeFlopsPerToken);
 policy.dispose();
 console.log(`\nbench finished in ${((performance.now() - started) / 1000).toFixed(1)} s`);
-const wide = decodeRows.find((row) => row.n === 64)!;
-const round = (x: number, digits: number) => Number(x.toFixed(digits));
+// Figures of a width or place not measured (--widths without 64, the worker on webgpu) read null.
+const wide = decodeRows.find((row) => row.n === 64);
+const round = (x: number | undefined, digits: number) => (x === undefined ? null : figure(Number(x.toFixed(digits))));
 printSummary(PolicySummary, {
-  decodeSpeedup64: round(wide.batched.cpu / wide.single.cpu, 2),
-  decodeTokPerS64: round(wide.batched.cpu, 0),
-  decodeTokPerS1: round(wide.single.cpu, 0),
-  decodeSpeedup64Thread: round(wide.batched.thread / wide.single.thread, 2),
-  decodeTokPerS64Thread: round(wide.batched.thread, 0),
-  decodeTokPerS1Thread: round(wide.single.thread, 0),
+  decodeSpeedup64: round(wide && wide.batched.cpu / wide.single.cpu, 2),
+  decodeTokPerS64: round(wide?.batched.cpu, 0),
+  decodeTokPerS1: round(wide?.single.cpu, 0),
+  decodeSpeedup64Thread: round(wide && wide.batched.thread / wide.single.thread, 2),
+  decodeTokPerS64Thread: round(wide?.batched.thread, 0),
+  decodeTokPerS1Thread: round(wide?.single.thread, 0),
   trainTokPerS: round(train.cpu, 0),
-  workerTokPerS64: round(schedulerRows["worker 64"]!.cpu, 0),
-  inThreadTokPerS64: round(schedulerRows["in-thread 64"]!.cpu, 0),
-  workerTokPerS1: round(schedulerRows["worker 1"]!.cpu, 0),
-  inThreadTokPerS1: round(schedulerRows["in-thread 1"]!.cpu, 0),
-  workerLoopGapMs64: round(schedulerRows["worker 64"]!.loopGapMaxMs, 1),
-  inThreadLoopGapMs64: round(schedulerRows["in-thread 64"]!.loopGapMaxMs, 1),
+  workerTokPerS64: round(schedulerRows["worker 64"]?.cpu, 0),
+  inThreadTokPerS64: round(schedulerRows["in-thread 64"]?.cpu, 0),
+  workerTokPerS1: round(schedulerRows["worker 1"]?.cpu, 0),
+  inThreadTokPerS1: round(schedulerRows["in-thread 1"]?.cpu, 0),
+  workerLoopGapMs64: round(schedulerRows["worker 64"]?.loopGapMaxMs, 1),
+  inThreadLoopGapMs64: round(schedulerRows["in-thread 64"]?.loopGapMaxMs, 1),
   trainMatmulFraction: round((train.cpu * trainFlopsPerToken) / 1e9 / matmulGflops.cpu, 3),
   matmulGflops: round(matmulGflops.cpu, 2),
-  loadAverage: round(loadavg()[0]!, 2),
+  loadAverage: Number(loadavg()[0]!.toFixed(2)),
 });

@@ -20,6 +20,9 @@ export interface ImageBuild {
 /** The trainer image's build argument that picks the CPU variant (wasm backend on node:20-bookworm-slim). */
 export const TRAINER_CPU_BUILD_ARGS: Readonly<Record<string, string>> = { TFJS_BACKEND: "wasm" };
 
+/** The trainer image's build argument that picks the WebGPU variant (Dawn on the host driver's Vulkan, no CUDA). */
+export const TRAINER_WEBGPU_BUILD_ARGS: Readonly<Record<string, string>> = { TFJS_BACKEND: "webgpu" };
+
 /**
  * The container images, built by `cdk deploy` as Docker image assets (synth only stages the
  * context; Docker is needed at deploy, not at synth). The context is the repository root and
@@ -27,9 +30,10 @@ export const TRAINER_CPU_BUILD_ARGS: Readonly<Record<string, string>> = { TFJS_B
  * - `functions/Dockerfile`: controller, feeder, rollout workers, env pools and the env worker of
  *   every task (the tasks are pure TypeScript, so an image per task would be a copy of this one);
  *   no TF.js, since none of these runs a model;
- * - `trainer-image/Dockerfile`: trainer and policy servers (CUDA + tfjs-node-gpu), and in its CPU
- *   variant ({@link RoleImages.trainerCpu}) the sweep runner, whose points run the embedded
- *   pipeline with its trainer on Fargate;
+ * - `trainer-image/Dockerfile`: trainer and policy servers (CUDA + tfjs-node-gpu, or Vulkan + Dawn
+ *   in its WebGPU variant, {@link RoleImages.modelImage}), and in its CPU variant
+ *   ({@link RoleImages.trainerCpu}) the sweep runner, whose points run the embedded pipeline with
+ *   its trainer on Fargate;
  * - `env-images/<task>/Dockerfile`, only for a task that ships one because it needs more than
  *   the functions image holds (system packages, a simulator).
  */
@@ -39,6 +43,7 @@ export class RoleImages extends Construct {
   private readonly root: string;
   private readonly envImages = new Map<string, ecs.ContainerImage>();
   private cpuTrainer: ecs.ContainerImage | undefined;
+  private webgpuTrainer: ecs.ContainerImage | undefined;
   private readonly assets = new Map<string, ImageBuild>();
 
   constructor(scope: Construct, id: string, props: RoleImagesProps) {
@@ -65,6 +70,25 @@ export class RoleImages extends Construct {
   get trainerCpu(): ecs.ContainerImage {
     this.cpuTrainer ??= this.fromDockerfile("trainer-image/Dockerfile", TRAINER_CPU_BUILD_ARGS);
     return this.cpuTrainer;
+  }
+
+  /**
+   * The trainer image's WebGPU variant (`TFJS_BACKEND=webgpu`): node:20-bookworm-slim with the
+   * Vulkan loader and the NVIDIA ICD manifest; the driver comes from the GPU host. Built only when
+   * something uses it.
+   */
+  get trainerWebgpu(): ecs.ContainerImage {
+    this.webgpuTrainer ??= this.fromDockerfile("trainer-image/Dockerfile", TRAINER_WEBGPU_BUILD_ARGS);
+    return this.webgpuTrainer;
+  }
+
+  /**
+   * The image of the roles that run the model on a GPU (trainer, policy servers) for the config's
+   * `policy.backend`: the WebGPU variant for `webgpu`, else the CUDA one (whose `auto` prefers
+   * tfjs-node-gpu).
+   */
+  modelImage(backend: string): ecs.ContainerImage {
+    return backend === "webgpu" ? this.trainerWebgpu : this.trainer;
   }
 
   /**

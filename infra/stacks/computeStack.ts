@@ -208,10 +208,12 @@ export class ComputeStack extends Stack {
     this.envWorkers = envWorkers;
     this.envPools = envPools;
 
+    // The GPU roles' image follows policy.backend: CUDA + tfjs-node-gpu, or Vulkan + Dawn for webgpu.
+    const modelImage = this.images.modelImage(config.policy.backend);
     const policyServer = (pool: "current" | "stale") => {
       const server = new RoleService(this, `Policy-${pool}`, {
         cluster: this.cluster,
-        image: this.images.trainer,
+        image: modelImage,
         environment: {
           AGENTRL_ROLE: "policy",
           ...common,
@@ -229,7 +231,7 @@ export class ComputeStack extends Stack {
 
     this.trainer = new RoleService(this, "Trainer", {
       cluster: this.cluster,
-      image: this.images.trainer,
+      image: modelImage,
       environment: { AGENTRL_ROLE: "trainer", ...common } satisfies ContainerEnvInputOf<"trainer">,
       placement: { kind: "gpu", gpuCount: 1 },
       singleton: true,

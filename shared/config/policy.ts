@@ -78,8 +78,11 @@ export type SyncEngineConfig = z.infer<typeof SyncEngineConfig>;
 export const PolicyConfig = z
   .object({
     model: ModelConfig.prefault({}),
-    /** TF.js backend; `auto` picks tfjs-node-gpu, tfjs-node, wasm, cpu in that order. */
-    backend: z.enum(["auto", "tensorflow", "wasm", "cpu"]).default("auto").describe("TF.js backend"),
+    /**
+     * TF.js backend; `auto` picks tfjs-node-gpu, tfjs-node, wasm, cpu in that order. `webgpu`
+     * (Dawn on a Vulkan driver: a GPU's, or lavapipe on a CPU) is used only when named.
+     */
+    backend: z.enum(["auto", "tensorflow", "wasm", "cpu", "webgpu"]).default("auto").describe("TF.js backend"),
     /** Seconds between polls of the checkpoint store's newest manifest. */
     pollSeconds: z.number().positive().default(1).describe("checkpoint poll interval (s)"),
     /** Most sequences decoded together in one step (continuous batching). */

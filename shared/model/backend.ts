@@ -3,9 +3,16 @@ import path from "node:path";
 import * as tf from "@tensorflow/tfjs";
 import { setWasmPaths } from "@tensorflow/tfjs-backend-wasm";
 import { AgentRlError } from "../errors.ts";
+import type { AdapterReport } from "./webgpu/protocol.ts";
 
-/** What the config may ask for; `auto` tries tfjs-node-gpu, tfjs-node, wasm, cpu in that order. */
-export type BackendPreference = "auto" | "tensorflow" | "wasm" | "cpu";
+/**
+ * What the config may ask for; `auto` tries tfjs-node-gpu, tfjs-node, wasm, cpu in that order.
+ * `webgpu` (Dawn through npm `webgpu`, on any Vulkan driver) is only ever loaded when named.
+ */
+export type BackendPreference = "auto" | "tensorflow" | "wasm" | "cpu" | "webgpu";
+
+/** Every preference, for messages and for validating a name from the environment. */
+export const BACKEND_PREFERENCES: readonly BackendPreference[] = ["auto", "tensorflow", "wasm", "cpu", "webgpu"];
 
 /** The backend actually running, and why the ones before it were skipped. */
 export interface BackendInfo {
@@ -15,6 +22,8 @@ export interface BackendInfo {
   readonly source: string;
   /** One line per candidate that was tried and skipped. */
   readonly skipped: readonly string[];
+  /** The WebGPU adapter (name, limits) when the backend is `webgpu`. */
+  readonly adapter?: AdapterReport;
 }
 
 /** Raised when the requested backend cannot be started. */
@@ -51,13 +60,41 @@ async function tryWasm(): Promise<string | undefined> {
 }
 
 /**
+ * The `webgpu` backend: Dawn in a device thread behind a synchronous bridge (webgpu/bridge.ts),
+ * imported only here so that no other backend choice loads Dawn.
+ */
+async function tryWebGpu(): Promise<{ reason?: string; adapter?: AdapterReport }> {
+  try {
+    const { registerWebGpuBridge } = await import("./webgpu/bridge.ts");
+    const adapter = await registerWebGpuBridge();
+    if (!(await tf.setBackend("webgpu"))) return { reason: "webgpu: backend did not start" };
+    return { adapter };
+  } catch (error) {
+    return {
+      reason: `webgpu: ${(error as Error).message} (needs a Vulkan driver: a GPU's, or Mesa's lavapipe from Debian bookworm-backports' mesa-vulkan-drivers)`,
+    };
+  }
+}
+
+/**
  * Selects and initialises the TF.js backend once per process; later calls return the same info
  * (the preference of the first call wins, since kernels and tensors are bound to it).
  * @example const { name } = await initBackend("auto"); // "wasm" on a CPU machine without tfjs-node
  */
 export async function initBackend(preference: BackendPreference = "auto"): Promise<BackendInfo> {
+  if (!BACKEND_PREFERENCES.includes(preference))
+    throw new BackendUnavailableError(
+      `backend "${String(preference)}" is not allowed (allowed: ${BACKEND_PREFERENCES.join(", ")})`,
+    );
   if (current) return current;
   const skipped: string[] = [];
+  if (preference === "webgpu") {
+    const { reason, adapter } = await tryWebGpu();
+    if (reason !== undefined) throw new BackendUnavailableError(`backend "webgpu" is not available: ${reason}`);
+    await tf.ready();
+    current = { name: tf.getBackend(), source: "@tensorflow/tfjs-backend-webgpu (Dawn)", skipped, adapter };
+    return current;
+  }
   const candidates: Array<{ source: string; start: () => Promise<string | undefined> }> = [];
   if (preference === "auto" || preference === "tensorflow") {
     candidates.push({ source: "@tensorflow/tfjs-node-gpu", start: () => tryNative("@tensorflow/tfjs-node-gpu") });
@@ -80,7 +117,7 @@ export async function initBackend(preference: BackendPreference = "auto"): Promi
     skipped.push(reason);
   }
   throw new BackendUnavailableError(
-    `backend "${preference}" is not available: ${skipped.join("; ")} (allowed: auto, tensorflow, wasm, cpu)`,
+    `backend "${preference}" is not available: ${skipped.join("; ")} (allowed: ${BACKEND_PREFERENCES.join(", ")})`,
   );
 }
 

@@ -1,11 +1,14 @@
 import * as tf from "@tensorflow/tfjs";
+import { attentionOnDevice, dataOnHost, embedOnDevice, rmsNormOnDevice } from "./deviceOps.ts";
 
 /**
  * Fused transformer ops with hand-written gradients, shaped by what is fast on the wasm backend
  * (design.md "TF.js notes"): matMul only in its plain 2-D form (gradients transpose explicitly),
  * embedding lookup without tf.gather's missing gradient, no slice/split gradients (pads of the
  * whole input), no broadcasting; element-wise work (RMSNorm, SwiGLU, rotary, softmax-loss) runs as
- * plain loops over the tensor's data, which on wasm is a memcpy away.
+ * plain loops over the tensor's data, which on wasm is a memcpy away. On a device backend (webgpu,
+ * tensorflow) those loops would copy every activation to the host and back: there embed, rmsNorm
+ * and attention are device ops (deviceOps.ts) and tokenLogProbs takes its device form.
  */
 
 /** Static sizes every op needs. */
@@ -29,7 +32,7 @@ export class RotaryTable {
   constructor(
     readonly positions: number,
     headDim: number,
-    theta: number,
+    readonly theta: number,
   ) {
     this.half = headDim / 2;
     this.cos = new Float32Array(positions * this.half);
@@ -107,6 +110,7 @@ function customOp<T extends tf.Tensor>(inputs: tf.Tensor[], forward: Forward<T>)
 
 /** Embedding rows for `ids` ([N] → [N, d]); the gradient scatter-adds rows in JS. */
 export function embed(table: tf.Tensor2D, ids: Int32Array): tf.Tensor2D {
+  if (!dataOnHost()) return embedOnDevice(table, ids);
   const [vocab, width] = table.shape;
   return customOp([table], function embedForward() {
     const value = tf.tidy(() => tf.gather(table, tf.tensor1d(ids, "int32"))) as tf.Tensor2D;
@@ -135,7 +139,7 @@ function embedBackward(g: Float32Array, ids: Int32Array, vocab: number, width: n
  * kernel (2.5 against 7.4 ms at [2048, 384]); a device backend keeps its own op.
  */
 export function transpose2d(x: tf.Tensor2D): tf.Tensor2D {
-  if (tf.getBackend() !== "wasm" && tf.getBackend() !== "cpu") return tf.transpose(x);
+  if (!dataOnHost()) return tf.transpose(x);
   const [rows, cols] = x.shape;
   return tf.tensor2d(transposeRows(data(x), rows, cols), [cols, rows]);
 }
@@ -241,6 +245,7 @@ function rmsNormBackward(
 
 /** RMSNorm with learned gain, [N, d] → [N, d]. */
 export function rmsNorm(x: tf.Tensor2D, gain: tf.Tensor1D, eps: number): tf.Tensor2D {
+  if (!dataOnHost()) return rmsNormOnDevice(x, gain, eps);
   const [rows, width] = x.shape;
   return customOp([x, gain], function rmsNormOpForward() {
     const xd = data(x);
@@ -423,6 +428,7 @@ export function attention(
   rope: RotaryTable,
   block = ATTENTION_BLOCK,
 ): tf.Tensor2D {
+  if (!dataOnHost()) return attentionOnDevice(qkv, seqLens, dims, rope);
   const rows = qkv.shape[0];
   return customOp([qkv], function attentionOpForward() {
     const fwd = attentionForward(data(qkv), seqLens, dims, rope, true, block);
@@ -588,8 +594,7 @@ export function tokenLogProbs(
   shape: [number, number],
   temperature: number,
 ): tf.Tensor2D {
-  const onHost = tf.getBackend() === "wasm" || tf.getBackend() === "cpu";
-  return (onHost ? tokenLogProbsOnHost : tokenLogProbsOnDevice)(logits, source, targets, shape, temperature);
+  return (dataOnHost() ? tokenLogProbsOnHost : tokenLogProbsOnDevice)(logits, source, targets, shape, temperature);
 }
 
 /**

@@ -3,6 +3,8 @@ import { ModelConfig } from "../config/policy.ts";
 import { AgentRlError } from "../errors.ts";
 import { backendInfo } from "./backend.ts";
 import { KvDecoder } from "./decoder.ts";
+import { DeviceDecoder } from "./deviceDecoder.ts";
+import { dataOnHost } from "./deviceOps.ts";
 import { attention, type Dims, embed, linear, RotaryTable, rmsNorm, swiglu, tokenLogProbs } from "./ops.ts";
 import type { Decoder, InferencePolicy, TrainablePolicy } from "./types.ts";
 
@@ -499,9 +501,10 @@ export class TransformerPolicy implements InferencePolicy, TrainablePolicy {
     return new TransformerPolicy(this.config, this.values(), version, { trainable: false, rope: this.rope });
   }
 
+  /** A KV-cache decoder: on wasm/cpu the host-resident one, on a device backend the one whose caches stay there. */
   createDecoder(capacity: number): Decoder {
     this.assertLive();
-    return new KvDecoder(this, capacity);
+    return dataOnHost() ? new KvDecoder(this, capacity) : new DeviceDecoder(this, capacity);
   }
 
   get isDisposed(): boolean {

@@ -49,3 +49,26 @@ export function commandMissing(command: string, install: string): Requirement[] 
     ? []
     : [{ missing: `no ${command}`, install }];
 }
+
+/** The Debian steps that give Dawn a Vulkan driver on a CPU (lavapipe); bookworm's own mesa 22.3 is refused. */
+export const LAVAPIPE_INSTALL =
+  "echo 'deb http://deb.debian.org/debian bookworm-backports main' > /etc/apt/sources.list.d/backports.list && apt-get update && apt-get install -y -t bookworm-backports mesa-vulkan-drivers";
+
+/**
+ * A WebGPU adapter from npm `webgpu` (Dawn): probed in a child process, so that the test process
+ * loads Dawn only when a test is about to use it.
+ */
+export function webgpuAdapterMissing(): Requirement[] {
+  const probe = spawnSync(
+    process.execPath,
+    [
+      "--input-type=module",
+      "-e",
+      "const { create } = await import('webgpu'); const a = await create([]).requestAdapter(); if (!a) process.exit(3); console.log(a.info.description);",
+    ],
+    { encoding: "utf8", timeout: 60_000 },
+  );
+  if (probe.status === 0) return [];
+  const why = probe.status === 3 ? "no WebGPU adapter (no Vulkan driver Dawn accepts)" : "npm webgpu did not load";
+  return [{ missing: why, install: LAVAPIPE_INSTALL }];
+}

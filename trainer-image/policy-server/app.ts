@@ -79,8 +79,9 @@ export function createPolicyServer(options: PolicyServerOptions): PolicyServer {
   const { contextLength, vocabSize } = options.policy.config;
   let current = options.policy;
   // Native TF (tfjs-node/-gpu) in a second thread is untested here, and on a GPU a second context
-  // would hold a second copy of the weights: those backends keep decoding in this thread by default.
-  const workerByDefault = canRunInWorker(current) && backendInfo()?.name !== "tensorflow";
+  // would hold a second copy of the weights: device backends keep decoding in this thread by default.
+  const onDevice = backendInfo()?.name === "tensorflow" || backendInfo()?.name === "webgpu";
+  const workerByDefault = canRunInWorker(current) && !onDevice;
   const decodeThread = options.decodeThread ?? (workerByDefault ? "worker" : "main");
   const schedulerOptions = { stopTokenIds: codec.stopTokenIds, contextLength, log };
   // The worker builds its own decoder from the weights; this thread keeps `current` to restart it from.
