@@ -25,8 +25,8 @@ describe("bench summary line", () => {
     expect(run.stdout).toMatch(/send\+receive\+delete, 1 at a time \(msg\/s\) +\| \d+ \(n=40\)/);
   });
 
-  it("bench:policy ends with its JSON summary (short measurements)", async () => {
-    const run = await runProcess(process.execPath, ["--import", "tsx", POLICY_BENCH], {
+  it("bench:policy ends with its JSON summary (short measurements, the tests' small model)", async () => {
+    const run = await runProcess(process.execPath, ["--import", "tsx", POLICY_BENCH, "--model", "small"], {
       timeoutMs: 120_000,
       env: { BENCH_SECONDS: "0.2", AGENTRL_BACKEND: "wasm" },
     });
@@ -39,7 +39,7 @@ describe("bench summary line", () => {
   }, 150_000);
 
   it("bench:train ends with its JSON summary (one timed step per side)", async () => {
-    const args = ["--import", "tsx", TRAIN_BENCH, "--steps", "1", "--warmup", "0"];
+    const args = ["--import", "tsx", TRAIN_BENCH, "--steps", "1", "--warmup", "0", "--model", "small"];
     // as `npm run bench:train` runs it
     const run = await runProcess(process.execPath, [...DATA_PARALLEL_NODE_FLAGS, ...args], {
       timeoutMs: 120_000,

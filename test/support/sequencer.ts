@@ -7,18 +7,18 @@ import { BaseSequencer, type TestSpecification } from "vitest/node";
  * list keeps vitest's own order after them.
  */
 const LONG_FIRST = [
-  "test/readme/commands.test.ts",
   "test/infra/containers.test.ts",
+  "test/readme/commands.test.ts",
   "test/e2e/pipeline.test.ts",
   "test/e2e/chaos.test.ts",
   "test/infra/rehearse.test.ts",
-  "test/unit/cli.test.ts",
-  "test/bench/summary.test.ts",
   "test/unit/cliConventions.test.ts",
+  "test/unit/cli.test.ts",
   "test/infra/rehearse-gateway.test.ts",
-  "test/agentbench/dbbench.test.ts",
+  "test/agentbench/os-sandbox.test.ts",
+  "test/gateway/train-run.test.ts",
   "test/model/dataParallel.test.ts",
-  "test/envpool/process.test.ts",
+  "test/agentbench/dbbench.test.ts",
 ];
 
 export default class LongFirstSequencer extends BaseSequencer {
