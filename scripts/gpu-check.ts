@@ -165,17 +165,19 @@ export async function gpuCheck(args: readonly string[], io: GpuCheckIo): Promise
     }
     const decoder = policy.createDecoder(batch);
     const promptTokens = Math.min(64, sequenceTokens);
-    const argmax = (logits: Float32Array) => logits.reduce((best, v, i, all) => (v > all[best]! ? i : best), 0);
+    // Greedy, drawn the way the policy server draws (on the device for device backends).
+    const greedy = { temperature: 0, topP: 1, uniform: 0 };
     const slots: number[] = [];
     let next: number[] = [];
     for (const sequence of sequences) {
-      const { slot, logits } = decoder.add(Array.from(sequence.subarray(0, promptTokens)));
+      const { slot, drawn } = decoder.addAndDraw(Array.from(sequence.subarray(0, promptTokens)), greedy);
       slots.push(slot);
-      next.push(argmax(logits));
+      next.push(drawn.token);
     }
     const decodeSteps = Math.min(64, config.contextLength - promptTokens - 1);
     const decodeStarted = performance.now();
-    for (let t = 0; t < decodeSteps; t++) next = decoder.step(slots, next).map(argmax);
+    for (let t = 0; t < decodeSteps; t++)
+      next = decoder.stepAndDraw(slots, next, slots.map(() => greedy)).map((d) => d.token);
     const decodeSeconds = (performance.now() - decodeStarted) / 1000;
     decoder.dispose();
     let decodeWork = 0;

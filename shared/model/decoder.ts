@@ -3,12 +3,19 @@ import { AgentRlError } from "../errors.ts";
 import { DecodeWeights, hostMatMul } from "./decodeWeights.ts";
 import { KernelMemory } from "./kernel.ts";
 import { type Dims, rmsNormInto } from "./ops.ts";
+import { drawToken } from "./sampling.ts";
 import type { TransformerPolicy } from "./transformer.ts";
-import type { Decoder, InferencePolicy } from "./types.ts";
+import type { Decoder, DrawnToken, InferencePolicy, TokenDraw } from "./types.ts";
 
 /** Raised for decoder misuse: no free slot, unknown slot, a sequence at the context limit. */
 export class DecoderError extends AgentRlError {
   override readonly name = "DecoderError";
+}
+
+/** One draw per slot, or a DecoderError. */
+export function checkDraws(slots: readonly number[], draws: readonly TokenDraw[]): void {
+  if (draws.length !== slots.length)
+    throw new DecoderError(`stepAndDraw: ${slots.length} slots but ${draws.length} draws (one draw per slot)`);
 }
 
 /** One sequence's KV cache: per layer, blocks of rows [position, kvHeads·headDim] in kernel memory. */
@@ -395,6 +402,16 @@ export class KvDecoder implements Decoder {
         for (let e = 0; e < hd; e++) out[dst + e] = f[oi + h * hd + e]! * inv;
       }
     }
+  }
+
+  addAndDraw(prompt: readonly number[], draw: TokenDraw): { slot: number; drawn: DrawnToken } {
+    const { slot, logits } = this.add(prompt);
+    return { slot, drawn: drawToken(logits, draw) };
+  }
+
+  stepAndDraw(slots: readonly number[], tokens: readonly number[], draws: readonly TokenDraw[]): DrawnToken[] {
+    checkDraws(slots, draws);
+    return this.step(slots, tokens).map((logits, i) => drawToken(logits, draws[i] as TokenDraw));
   }
 
   step(slots: readonly number[], tokens: readonly number[]): Float32Array[] {

@@ -1,8 +1,9 @@
 import * as tf from "@tensorflow/tfjs";
-import { DecoderError } from "./decoder.ts";
+import { checkDraws, DecoderError } from "./decoder.ts";
 import { attendSequence, rotaryAt, rotate } from "./deviceOps.ts";
+import { drawnTokens, drawOnDevice } from "./deviceSampling.ts";
 import type { TransformerPolicy } from "./transformer.ts";
-import type { Decoder, InferencePolicy } from "./types.ts";
+import type { Decoder, DrawnToken, InferencePolicy, TokenDraw } from "./types.ts";
 
 /** One sequence: its ids and, per layer, its rotated keys and its values [length, kvHeads, hd] on the device. */
 interface Sequence {
@@ -25,7 +26,9 @@ function isTransformer(policy: InferencePolicy): policy is TransformerPolicy {
 /**
  * Continuous-batching decoder for device backends (webgpu, tensorflow): the model's own forward
  * (TransformerPolicy.hidden) with the KV caches as device tensors, so a step's only host read is
- * its logits [rows, V] (what the sampler needs). The wasm/cpu decoder (decoder.ts) keeps the
+ * what its caller needs: the drawn tokens and their log-probs (addAndDraw, stepAndDraw: the
+ * sampler runs on the device too, deviceSampling.ts), or the logits [rows, V] (add, step).
+ * The wasm/cpu decoder (decoder.ts) keeps the
  * residual stream on the host instead, which on a device would copy every activation each way.
  *
  * Prefix cache, as in decoder.ts: a removed sequence's cache is kept (up to `capacity` of them,
@@ -71,10 +74,15 @@ export class DeviceDecoder implements Decoder {
 
   /**
    * One pass of `ids` (rows grouped by sequence) through the blocks: each group's new keys and
-   * values join its cache, its queries attend to the whole cache. Returns logits of the rows
-   * `lastOnly` picks (the last row of each group) or of every row, read to the host in one go.
+   * values join its cache, its queries attend to the whole cache. The logits of each group's last
+   * row go through `finish` (the logits themselves by default), read to the host in one go.
    */
-  private forward(policy: TransformerPolicy, ids: Int32Array, groups: readonly Group[]): Float32Array {
+  private forward(
+    policy: TransformerPolicy,
+    ids: Int32Array,
+    groups: readonly Group[],
+    finish: (logits: tf.Tensor2D) => tf.Tensor2D = (logits) => logits,
+  ): Float32Array {
     const { heads: H, kvHeads: KV, headDim: hd } = policy.dims;
     const positions = new Int32Array(ids.length);
     let row = 0;
@@ -112,7 +120,7 @@ export class DeviceDecoder implements Decoder {
           return last;
         });
         const picked = wanted.length === ids.length ? hidden : tf.gather(hidden, tf.tensor1d(wanted, "int32"));
-        return policy.head(picked as tf.Tensor2D);
+        return finish(policy.head(picked as tf.Tensor2D));
       });
       const values = logits.dataSync() as Float32Array;
       groups.forEach((g, i) => {
@@ -129,13 +137,21 @@ export class DeviceDecoder implements Decoder {
     }
   }
 
-  /** Computes the cache rows `from` .. ids.length − 1 (0: all of them); returns the last row's logits. */
-  private prefill(policy: TransformerPolicy, seq: Sequence, from = 0): Float32Array {
+  /** Computes the cache rows `from` .. ids.length − 1 (0: all of them); returns the last row's logits through `finish`. */
+  private prefill(
+    policy: TransformerPolicy,
+    seq: Sequence,
+    from = 0,
+    finish?: (logits: tf.Tensor2D) => tf.Tensor2D,
+  ): Float32Array {
     if (from === 0) release(seq);
     this.prefixStats.prefilledTokens += seq.ids.length - from;
-    return this.forward(policy, Int32Array.from(seq.ids.slice(from)), [
-      { seq, first: from, count: seq.ids.length - from },
-    ]);
+    return this.forward(
+      policy,
+      Int32Array.from(seq.ids.slice(from)),
+      [{ seq, first: from, count: seq.ids.length - from }],
+      finish,
+    );
   }
 
   /** Takes the kept cache whose ids the prompt continues (the longest such), or undefined. */
@@ -151,6 +167,20 @@ export class DeviceDecoder implements Decoder {
   }
 
   add(prompt: readonly number[]): { slot: number; logits: Float32Array } {
+    const { slot, values } = this.admit(prompt);
+    return { slot, logits: values };
+  }
+
+  addAndDraw(prompt: readonly number[], draw: TokenDraw): { slot: number; drawn: DrawnToken } {
+    const { slot, values } = this.admit(prompt, (logits) => drawOnDevice(logits, [draw]));
+    return { slot, drawn: drawnTokens(values)[0] as DrawnToken };
+  }
+
+  /** Prefills a free slot with the prompt; returns the slot and its last row's logits through `finish`. */
+  private admit(
+    prompt: readonly number[],
+    finish?: (logits: tf.Tensor2D) => tf.Tensor2D,
+  ): { slot: number; values: Float32Array } {
     const policy = this.livePolicy();
     policy.validateTokens(prompt, "prompt");
     const slot = this.slots.indexOf(undefined);
@@ -163,22 +193,38 @@ export class DeviceDecoder implements Decoder {
       this.prefixStats.reusedTokens += from;
     }
     seq.ids.push(...prompt.slice(from));
-    let logits: Float32Array;
+    let values: Float32Array;
     try {
-      logits = this.prefill(policy, seq, from);
+      values = this.prefill(policy, seq, from, finish);
     } catch (error) {
       release(seq);
       throw error;
     }
     this.slots[slot] = seq;
     this.activeCount += 1;
-    return { slot, logits };
+    return { slot, values };
   }
 
   step(slots: readonly number[], tokens: readonly number[]): Float32Array[] {
+    const V = this.livePolicy().config.vocabSize;
+    const logits = this.decode(slots, tokens);
+    return slots.map((_, i) => logits.subarray(i * V, (i + 1) * V));
+  }
+
+  stepAndDraw(slots: readonly number[], tokens: readonly number[], draws: readonly TokenDraw[]): DrawnToken[] {
+    checkDraws(slots, draws);
+    return drawnTokens(this.decode(slots, tokens, (logits) => drawOnDevice(logits, draws)));
+  }
+
+  /** One batched decode step: slots[i] consumes tokens[i]; returns the rows' logits through `finish`. */
+  private decode(
+    slots: readonly number[],
+    tokens: readonly number[],
+    finish?: (logits: tf.Tensor2D) => tf.Tensor2D,
+  ): Float32Array {
     if (slots.length !== tokens.length)
       throw new DecoderError(`step: ${slots.length} slots but ${tokens.length} tokens (one token per slot)`);
-    if (slots.length === 0) return [];
+    if (slots.length === 0) return new Float32Array(0);
     const policy = this.livePolicy();
     const { contextLength, vocabSize: V } = policy.config;
     const seen = new Set<number>();
@@ -193,11 +239,11 @@ export class DeviceDecoder implements Decoder {
         throw new DecoderError(`step: tokens[${i}] = ${t} is outside the vocabulary 0..${V - 1}`);
       return { seq, first: seq.ids.length, count: 1 };
     });
-    const logits = this.forward(policy, Int32Array.from(tokens), groups);
+    const values = this.forward(policy, Int32Array.from(tokens), groups, finish);
     groups.forEach((g, i) => {
       g.seq.ids.push(tokens[i] as number);
     });
-    return groups.map((_, i) => logits.subarray(i * V, (i + 1) * V));
+    return values;
   }
 
   remove(slot: number): void {

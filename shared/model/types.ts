@@ -16,6 +16,23 @@ export interface InferencePolicy {
   dispose(): void;
 }
 
+/** How to draw one token: temperature (0 = greedy), nucleus and the uniform number to draw with. */
+export interface TokenDraw {
+  readonly temperature: number;
+  readonly topP: number;
+  /** Uniform in [0, 1) from the request's seeded stream; unused when greedy. */
+  readonly uniform: number;
+}
+
+/** A drawn token and its two log-probs (shared/model/sampling.ts says which is which). */
+export interface DrawnToken {
+  readonly token: number;
+  /** log_softmax(logits / temperature)[token] over the full vocabulary. */
+  readonly logprob: number;
+  /** Log-prob under the distribution the token was drawn from (nucleus renormalized; 0 when greedy). */
+  readonly sampledLogprob: number;
+}
+
 export interface Decoder {
   readonly capacity: number;
   /** Version of the weights the next step will use. */
@@ -26,6 +43,13 @@ export interface Decoder {
   add(prompt: readonly number[]): { slot: number; logits: Float32Array };
   /** One batched decode step: slots[i] consumes tokens[i]; returns next-token logits per slot (same order). */
   step(slots: readonly number[], tokens: readonly number[]): Float32Array[];
+  /**
+   * `add`, then draws the first token. What the policy server calls: a device decoder draws on
+   * the device and reads back only the token and its log-probs, not the [vocab] logits.
+   */
+  addAndDraw(prompt: readonly number[], draw: TokenDraw): { slot: number; drawn: DrawnToken };
+  /** `step`, then draws each slot's next token (draws[i] for slots[i]); see addAndDraw. */
+  stepAndDraw(slots: readonly number[], tokens: readonly number[], draws: readonly TokenDraw[]): DrawnToken[];
   /** Frees a slot (a decoder with a prefix cache may keep its cache for a next turn). */
   remove(slot: number): void;
   /** Prefix (KV) cache counters, when the decoder keeps one. */

@@ -1,8 +1,11 @@
 import * as tf from "@tensorflow/tfjs";
 import { beforeAll, describe, expect, it } from "vitest";
 import { ModelConfig } from "../../shared/config/policy.ts";
+import { drawnTokens, drawOnDevice } from "../../shared/model/deviceSampling.ts";
 import { initBackend, TransformerPolicy } from "../../shared/model/index.ts";
+import { drawToken } from "../../shared/model/sampling.ts";
 import { initialValues } from "../../shared/model/transformer.ts";
+import { seededRandom } from "../../shared/rl/random.ts";
 import { runProcess } from "../support/cli.ts";
 import { requireOrSkip, webgpuAdapterMissing } from "../support/requirements.ts";
 import { SMALL, tokens } from "./support.ts";
@@ -159,24 +162,50 @@ describe.skipIf(!hasAdapter)("webgpu backend against cpu (same weights)", () => 
     });
   });
 
-  it("stays on the device: a training step reads two numbers, log-probs one grid per micro-batch, a decode step its logits once", () => {
+  it("draws on the device the token the host draws from the same logits and uniform number", () => {
+    const rows = 24;
+    const random = seededRandom(21);
+    const logits = Float32Array.from({ length: rows * CONFIG.vocabSize }, () => (random() - 0.5) * 16);
+    const draws = Array.from({ length: rows }, (_, i) => ({
+      temperature: [0, 1, 0.7][i % 3]!,
+      topP: i % 2 === 0 ? 0.9 : 1,
+      uniform: random(),
+    }));
+    const input = tf.tensor2d(logits, [rows, CONFIG.vocabSize]);
+    const output = drawOnDevice(input, draws);
+    const drawn = drawnTokens(output.dataSync() as Float32Array);
+    tf.dispose([input, output]);
+    draws.forEach((draw, i) => {
+      const host = drawToken(logits.subarray(i * CONFIG.vocabSize, (i + 1) * CONFIG.vocabSize), draw);
+      expect(drawn[i]!.token).toBe(host.token);
+      expect(Math.abs(drawn[i]!.logprob - host.logprob)).toBeLessThan(1e-4);
+      expect(Math.abs(drawn[i]!.sampledLogprob - host.sampledLogprob)).toBeLessThan(1e-4);
+    });
+  });
+
+  it("stays on the device: a training step reads two numbers, log-probs one grid per micro-batch, a decode step its drawn tokens", () => {
     const values = weights(13);
     // Two micro-batches per call (23 + 9 tokens, then 40).
     const policy = new TransformerPolicy(CONFIG, values, 0, {
       trainable: true,
       optimizer: { ...TRAIN, microBatchTokens: 32 },
     });
-    expect(countReads(() => policy.trainStep(SEQUENCES, 1, nll))).toBe(2); // the loss and the gradient norm
-    expect(countReads(() => policy.trainStep(SEQUENCES, 1, nll))).toBe(2);
-    expect(countReads(() => policy.logProbs(SEQUENCES, 1))).toBe(2); // one [b, T] grid per micro-batch
+    expect(countReads(() => policy.trainStep(SEQUENCES, 1, nll))).toEqual([1, 1]); // the loss and the gradient norm
+    expect(countReads(() => policy.trainStep(SEQUENCES, 1, nll))).toEqual([1, 1]);
+    // one [b, T] grid per micro-batch
+    expect(countReads(() => policy.logProbs(SEQUENCES, 1))).toEqual([2 * 23, 40]);
     const tensors = tf.memory().numTensors;
     const decoder = policy.createDecoder(2);
     let slots: number[] = [];
+    const draw = { temperature: 1, topP: 0.9, uniform: 0.5 };
+    // Each read is the drawn tokens with their two log-probs: 3 numbers per sequence, not [rows, vocab].
     expect(
-      countReads(() => (slots = [decoder.add([...tokens(12, 4)]).slot, decoder.add([...tokens(5, 6)]).slot])),
-    ).toBe(2);
-    expect(countReads(() => decoder.step(slots, [3, 4]))).toBe(1);
-    expect(countReads(() => decoder.step(slots, [5, 6]))).toBe(1);
+      countReads(() => {
+        slots = [decoder.addAndDraw([...tokens(12, 4)], draw).slot, decoder.addAndDraw([...tokens(5, 6)], draw).slot];
+      }),
+    ).toEqual([3, 3]);
+    expect(countReads(() => decoder.stepAndDraw(slots, [3, 4], [draw, { ...draw, temperature: 0 }]))).toEqual([6]);
+    expect(countReads(() => decoder.stepAndDraw(slots, [5, 6], [draw, draw]))).toEqual([6]);
     // New weights: the running sequences' caches are recomputed, and the next step matches a fresh decoder's.
     const next = new TransformerPolicy(CONFIG, weights(14), 1, { trainable: false });
     decoder.setPolicy(next);
@@ -189,7 +218,7 @@ describe.skipIf(!hasAdapter)("webgpu backend against cpu (same weights)", () => 
     decoder.remove(slots[1]!);
     const turn = [...tokens(5, 6), 4, 6, 8, 9];
     let extended: Float32Array = new Float32Array(0);
-    expect(countReads(() => (extended = decoder.add(turn).logits))).toBe(1);
+    expect(countReads(() => (extended = decoder.add(turn).logits))).toEqual([CONFIG.vocabSize]);
     // Prefilled: the two prompts (12, 5), both caches again for the new weights (14, 7), the turn's 2 new tokens.
     expect(decoder.prefixStats).toEqual({ hits: 1, reusedTokens: 7, prefilledTokens: 12 + 5 + 14 + 7 + 2 });
     const whole = next.createDecoder(1);
@@ -202,18 +231,20 @@ describe.skipIf(!hasAdapter)("webgpu backend against cpu (same weights)", () => 
   });
 });
 
-/** Host reads (the backend's readSync and read: dataSync, data, arraySync) while `fn` runs. */
-function countReads(fn: () => unknown): number {
+/** The sizes (in values) of the host reads (the backend's readSync and read: dataSync, data, arraySync) while `fn` runs. */
+function countReads(fn: () => unknown): number[] {
   const backend = tf.backend();
   const { readSync, read } = backend;
-  let reads = 0;
+  const reads: number[] = [];
   backend.readSync = (dataId) => {
-    reads += 1;
-    return readSync.call(backend, dataId);
+    const values = readSync.call(backend, dataId);
+    reads.push(values.length);
+    return values;
   };
-  backend.read = (dataId) => {
-    reads += 1;
-    return read.call(backend, dataId);
+  backend.read = async (dataId) => {
+    const values = await read.call(backend, dataId);
+    reads.push(values.length);
+    return values;
   };
   try {
     fn();

@@ -1,10 +1,22 @@
 import { describe, expect, it } from "vitest";
+import { drawToken } from "../../shared/model/sampling.ts";
+import { seededRandom } from "../../shared/rl/random.ts";
 import { CheckpointFollower, type PolicySource, targetVersion } from "../../trainer-image/policy-server/follower.ts";
-import { SeededRandom, sampleToken } from "../../trainer-image/policy-server/sampling.ts";
 import { waitFor } from "../env/helpers.ts";
 import { ScriptedPolicy } from "./scripted.ts";
 
 const logits = Float32Array.from([2, 1, 0.5, -1, 0]);
+
+/** The policy server's use of drawToken: one uniform number from the seeded stream per non-greedy draw. */
+class SeededRandom {
+  readonly next: () => number;
+  constructor(seed: number) {
+    this.next = seededRandom(seed);
+  }
+}
+function sampleToken(values: Float32Array, temperature: number, topP: number, rng: SeededRandom) {
+  return drawToken(values, { temperature, topP, uniform: temperature > 0 ? rng.next() : 0 });
+}
 function logSoftmax(values: Float32Array, temperature: number): number[] {
   const scaled = [...values].map((v) => v / temperature);
   const max = Math.max(...scaled);

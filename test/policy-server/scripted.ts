@@ -1,5 +1,6 @@
 import { ModelConfig } from "../../shared/config/policy.ts";
-import type { Decoder, InferencePolicy } from "../../shared/model/types.ts";
+import { drawToken } from "../../shared/model/sampling.ts";
+import type { Decoder, DrawnToken, InferencePolicy, TokenDraw } from "../../shared/model/types.ts";
 
 /**
  * A fake policy for scheduler/server tests: at generated position t of a slot its logits put
@@ -70,6 +71,13 @@ export class ScriptedDecoder implements Decoder {
     });
     this.afterStep?.(this.batchSizes.length);
     return out;
+  }
+  addAndDraw(prompt: readonly number[], draw: TokenDraw): { slot: number; drawn: DrawnToken } {
+    const { slot, logits } = this.add(prompt);
+    return { slot, drawn: drawToken(logits, draw) };
+  }
+  stepAndDraw(slots: readonly number[], tokens: readonly number[], draws: readonly TokenDraw[]): DrawnToken[] {
+    return this.step(slots, tokens).map((logits, i) => drawToken(logits, draws[i]!));
   }
   remove(slot: number): void {
     if (!this.slots[slot]) throw new Error(`slot ${slot} not in use`);

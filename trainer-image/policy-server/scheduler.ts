@@ -1,8 +1,8 @@
 import { setImmediate as yieldToEventLoop } from "node:timers/promises";
 import { AgentRlError } from "../../shared/errors.ts";
 import type { Logger } from "../../shared/log.ts";
-import type { Decoder, InferencePolicy } from "../../shared/model/types.ts";
-import { SeededRandom, sampleToken } from "./sampling.ts";
+import type { Decoder, DrawnToken, InferencePolicy, TokenDraw } from "../../shared/model/types.ts";
+import { seededRandom } from "../../shared/rl/random.ts";
 
 /** One sequence to generate. */
 export interface GenerationJob {
@@ -85,7 +85,8 @@ interface Pending {
 
 interface Running extends Pending {
   readonly slot: number;
-  readonly rng: SeededRandom;
+  /** The job's seeded uniform stream: one number per non-greedy draw. */
+  readonly random: () => number;
   readonly tokens: number[];
   readonly logprobs: number[];
   readonly sampledLogprobs: number[];
@@ -245,9 +246,10 @@ export class BatchScheduler implements Generator {
   private admit(): void {
     while (this.queue.length > 0 && this.decoder.active < this.decoder.capacity) {
       const pending = this.queue.shift() as Pending;
-      let added: { slot: number; logits: Float32Array };
+      const random = seededRandom(pending.job.seed);
+      let added: { slot: number; drawn: DrawnToken };
       try {
-        added = this.decoder.add(pending.job.prompt);
+        added = this.decoder.addAndDraw(pending.job.prompt, nextDraw(pending.job, random));
       } catch (error) {
         this.counters.failed += 1;
         pending.reject(error as Error);
@@ -257,14 +259,14 @@ export class BatchScheduler implements Generator {
       const running: Running = {
         ...pending,
         slot: added.slot,
-        rng: new SeededRandom(pending.job.seed),
+        random,
         tokens: [],
         logprobs: [],
         sampledLogprobs: [],
         versions: [],
       };
       this.running.set(added.slot, running);
-      this.accept(running, added.logits);
+      this.accept(running, added.drawn);
     }
   }
 
@@ -272,19 +274,22 @@ export class BatchScheduler implements Generator {
     const batch = [...this.running.values()];
     const slots = batch.map((r) => r.slot);
     const tokens = batch.map((r) => r.tokens[r.tokens.length - 1] as number);
-    const logits = this.decoder.step(slots, tokens);
+    const drawn = this.decoder.stepAndDraw(
+      slots,
+      tokens,
+      batch.map((r) => nextDraw(r.job, r.random)),
+    );
     this.counters.decodeSteps += 1;
     this.counters.batchedSequenceSteps += batch.length;
     this.counters.maxBatch = Math.max(this.counters.maxBatch, batch.length);
     batch.forEach((running, i) => {
-      this.accept(running, logits[i] as Float32Array);
+      this.accept(running, drawn[i] as DrawnToken);
     });
   }
 
-  /** Samples the next token of `running` from `logits`, then retires it if it is done. */
-  private accept(running: Running, logits: Float32Array): void {
+  /** Appends the token drawn for `running`, then retires it if it is done. */
+  private accept(running: Running, sampled: DrawnToken): void {
     const { job } = running;
-    const sampled = sampleToken(logits, job.temperature, job.topP, running.rng);
     running.tokens.push(sampled.token);
     running.logprobs.push(sampled.logprob);
     running.sampledLogprobs.push(sampled.sampledLogprob);
@@ -326,4 +331,9 @@ export class BatchScheduler implements Generator {
       }
     }
   }
+}
+
+/** The job's next draw: a uniform number from its stream unless greedy (greedy draws none). */
+function nextDraw(job: GenerationJob, random: () => number): TokenDraw {
+  return { temperature: job.temperature, topP: job.topP, uniform: job.temperature > 0 ? random() : 0 };
 }

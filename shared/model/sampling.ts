@@ -1,5 +1,8 @@
 /**
- * Token sampling with a per-request seeded RNG. Each sampled token comes with two log-probs:
+ * Drawing a token from next-token logits, on the host. The caller supplies the uniform number
+ * (from its request's seeded stream, one per non-greedy draw), so a device decoder that draws on
+ * the device (deviceSampling.ts) draws the same token from the same number. Each token comes with
+ * two log-probs:
  * - `logprob`: log_softmax(logits / temperature)[token] over the FULL vocabulary, the quantity
  *   the trainer recomputes (what the rollout/trainer agreement check compares);
  * - `sampledLogprob`: the log-prob under the distribution actually sampled from — the nucleus
@@ -8,27 +11,7 @@
  * Temperature 0 means greedy; its `logprob` is log_softmax(logits)[token].
  */
 
-import { seededRandom } from "../../shared/rl/random.ts";
-
-/** Deterministic 32-bit RNG (mulberry32): same seed, same stream. */
-export class SeededRandom {
-  private readonly draw: () => number;
-  constructor(seed: number) {
-    this.draw = seededRandom(seed);
-  }
-  /** Uniform in [0, 1). */
-  next(): number {
-    return this.draw();
-  }
-}
-
-export interface Sampled {
-  readonly token: number;
-  /** Full-vocabulary log-prob at the sampling temperature. */
-  readonly logprob: number;
-  /** Log-prob under the (truncated, renormalized) distribution the token was drawn from. */
-  readonly sampledLogprob: number;
-}
+import type { DrawnToken, TokenDraw } from "./types.ts";
 
 /**
  * Scratch reused by every call (sampling runs on one thread, one token at a time): no
@@ -37,8 +20,12 @@ export interface Sampled {
 let weightScratch = new Float64Array(0);
 let orderScratch = new Int32Array(0);
 
-/** Samples one token from `logits` ([vocab]); see the module comment for the log-prob convention. */
-export function sampleToken(logits: Float32Array, temperature: number, topP: number, rng: SeededRandom): Sampled {
+/**
+ * Draws one token from `logits` ([vocab]); see the module comment for the log-prob convention.
+ * Full vocabulary (top_p 1): the first token in index order whose cumulative weight passes
+ * uniform × total. Nucleus: the same over the tokens sorted by weight (ties: lower index first).
+ */
+export function drawToken(logits: Float32Array, { temperature, topP, uniform }: TokenDraw): DrawnToken {
   const vocab = logits.length;
   const scale = temperature > 0 ? 1 / temperature : 1;
   let max = Number.NEGATIVE_INFINITY;
@@ -77,11 +64,11 @@ export function sampleToken(logits: Float32Array, temperature: number, topP: num
 
   // log of the sampled distribution's share of the full one: 0 without a nucleus
   const logShare = Math.log(mass / sum);
-  const sampled = (token: number): Sampled => {
+  const sampled = (token: number): DrawnToken => {
     const logprob = logprobOf(token);
     return { token, logprob, sampledLogprob: logprob - logShare };
   };
-  let r = rng.next() * mass;
+  let r = uniform * mass;
   if (candidates > 0) {
     for (let i = 0; i < candidates; i++) {
       const token = orderScratch[i] as number;
