@@ -176,8 +176,8 @@ export async function gpuCheck(args: readonly string[], io: GpuCheckIo): Promise
     }
     const decodeSteps = Math.min(64, config.contextLength - promptTokens - 1);
     const decodeStarted = performance.now();
-    for (let t = 0; t < decodeSteps; t++)
-      next = decoder.stepAndDraw(slots, next, slots.map(() => greedy)).map((d) => d.token);
+    const draws = slots.map(() => greedy);
+    for (let t = 0; t < decodeSteps; t++) next = decoder.stepAndDraw(slots, next, draws).map((d) => d.token);
     const decodeSeconds = (performance.now() - decodeStarted) / 1000;
     decoder.dispose();
     let decodeWork = 0;
