@@ -122,7 +122,8 @@ export async function runFeeder(
 
   const emit = async (count: number, version: number): Promise<void> => {
     const groups = Array.from({ length: count }, () => plan.next());
-    const bodies = groups.flatMap((g) => requestsOf(g, config.experimentId, n).map((r) => JSON.stringify(r)));
+    const pinned = sync ? version : undefined;
+    const bodies = groups.flatMap((g) => requestsOf(g, config.experimentId, n, pinned).map((r) => JSON.stringify(r)));
     await requests.sendBatch(bodies);
     cursor = { schemaVersion: 1, nextSeq: plan.position, batchesFed: cursor.batchesFed + 1, lastFedVersion: version };
     await store.put(feederCursorKey(config.experimentId), JSON.stringify(cursor));

@@ -97,7 +97,13 @@ export class TaskMixPlan {
 }
 
 /** The `groupSize` rollout requests of one planned group (samples 0..n-1, one groupId). */
-export function requestsOf(group: PlannedGroup, experimentId: string, groupSize: number): RolloutRequest[] {
+/** The requests of one group; `policyVersion` (sync mode) pins the weights that act (RolloutRequest). */
+export function requestsOf(
+  group: PlannedGroup,
+  experimentId: string,
+  groupSize: number,
+  policyVersion?: number,
+): RolloutRequest[] {
   return Array.from({ length: groupSize }, (_, sample) => ({
     schemaVersion: 1 as const,
     experimentId,
@@ -108,5 +114,6 @@ export function requestsOf(group: PlannedGroup, experimentId: string, groupSize:
     sample,
     groupSize,
     attempt: 0,
+    ...(policyVersion === undefined || policyVersion < 0 ? {} : { policyVersion }),
   }));
 }

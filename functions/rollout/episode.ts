@@ -127,6 +127,7 @@ export async function runEpisode(
             maxTokens: budget,
             seed: hashString(`${deps.seed}/${trajectoryId}/${attempt}/${turns}`) & 0x7fffffff,
             promptTokenIds: log.tokenIds,
+            ...(request.policyVersion === undefined ? {} : { newestVersion: request.policyVersion }),
           },
           signal,
         ),

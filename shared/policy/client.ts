@@ -77,6 +77,11 @@ export interface GenerateRequest {
    * our own servers (endpoints with `requiresTrace`), so generated tokens are never re-tokenized.
    */
   readonly promptTokenIds?: readonly number[];
+  /**
+   * Sync mode: the newest published version; sent as `agentrl.newest_version` to our own servers,
+   * which answer with their pool's version for it (RolloutRequest.policyVersion).
+   */
+  readonly newestVersion?: number;
 }
 
 /** Normalizes an OpenAI base URL so `${base}/chat/completions` is the endpoint. */
@@ -146,9 +151,7 @@ export class PolicyClient {
       n: 1,
       ...(request.seed === undefined ? {} : { seed: request.seed }),
       ...(vllm ? { return_token_ids: true } : {}),
-      ...(!vllm && endpoint.requiresTrace && request.promptTokenIds && request.promptTokenIds.length > 0
-        ? { agentrl: { prompt_token_ids: [...request.promptTokenIds] } }
-        : {}),
+      ...(!vllm && endpoint.requiresTrace ? agentrlExtension(request) : {}),
     };
     const url = `${openAiBase(endpoint.url)}/chat/completions`;
     const timeout = AbortSignal.timeout(this.timeoutMs);
@@ -214,4 +217,15 @@ export class PolicyClient {
     }
     return { generation: { message: choice.message, finishReason: choice.finish_reason, trace: choice.agentrl } };
   }
+}
+
+/** The `agentrl` request extension for our own servers: the recorded prompt ids and the pinned version. */
+function agentrlExtension(request: GenerateRequest): Pick<ChatCompletionRequest, "agentrl"> {
+  const agentrl = {
+    ...(request.promptTokenIds && request.promptTokenIds.length > 0
+      ? { prompt_token_ids: [...request.promptTokenIds] }
+      : {}),
+    ...(request.newestVersion === undefined ? {} : { newest_version: request.newestVersion }),
+  };
+  return Object.keys(agentrl).length > 0 ? { agentrl } : {};
 }

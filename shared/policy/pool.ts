@@ -3,6 +3,20 @@ import type { PolicyEndpoint } from "./client.ts";
 import type { PolicyDialect } from "./dialect.ts";
 import type { EngineVersionWatch } from "./engine-sync.ts";
 
+/** `current` serves every new version; `stale` serves every K-th (versions 0, K, 2K, ...). */
+export type Pool = "current" | "stale";
+
+/**
+ * The version a pool should serve when `newest` is the newest published. The stale pool takes
+ * the last multiple of `staleEvery`, rounded down to a published version: the trainer makes a
+ * version every step but publishes only every `publishEvery`-th (trainer.checkpointEvery).
+ */
+export function targetVersion(pool: Pool, newest: number, staleEvery: number, publishEvery = 1): number {
+  if (pool === "current") return newest;
+  const stale = newest - (newest % staleEvery);
+  return stale - (stale % publishEvery);
+}
+
 /** URLs of our own policy servers (OpenAI base URLs). */
 export interface PoolUrls {
   /** Server following the newest version. */

@@ -53,6 +53,12 @@ export const RolloutRequest = z.object({
   groupSize: z.number().int().positive(),
   /** Infrastructure retries made so far (never counted as agent failures). */
   attempt: z.number().int().nonnegative().default(0),
+  /**
+   * Sync mode: the newest published version the batch was fed for. Our policy servers answer with
+   * their pool's version for it (current: this one; stale: its last K-th), waiting for it if they
+   * have not loaded it yet, so which weights act never depends on timing.
+   */
+  policyVersion: z.number().int().nonnegative().optional(),
 });
 export type RolloutRequest = z.infer<typeof RolloutRequest>;
 

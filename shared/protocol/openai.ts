@@ -75,7 +75,14 @@ export const ChatCompletionRequest = z.object({
    * re-tokenized). `messages` are still validated and kept for logs.
    */
   agentrl: z
-    .object({ prompt_token_ids: z.array(z.number().int().nonnegative()).min(1) })
+    .object({
+      prompt_token_ids: z.array(z.number().int().nonnegative()).min(1).optional(),
+      /**
+       * The newest published version (sync mode): the server answers with its pool's version for it,
+       * waiting a bounded time for it to load, and refuses (409) when it already serves a later one.
+       */
+      newest_version: z.number().int().nonnegative().optional(),
+    })
     .strict()
     .optional(),
 });

@@ -211,6 +211,47 @@ describe("policy server", () => {
     expect(health.policyVersion).toBe(1);
   });
 
+  it("answers a request pinned to a version only with that version: waits for it to load, refuses once past it", async () => {
+    const { url, server } = await start([]);
+    const pinned = (newest: number) => post(url, { messages, max_tokens: 3, agentrl: { newest_version: newest } });
+    // Pinned to v1 while v0 is served: the answer waits for the install.
+    const waiting = pinned(1);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    await server.install(new ScriptedPolicy(1, [], { vocabSize: VOCAB, contextLength: CONTEXT, fallback: filler }));
+    const answered = await waiting;
+    expect(answered.status).toBe(200);
+    expect((answered.json.choices as ChoiceWithTrace[])[0]?.agentrl.policy_versions).toEqual([1, 1, 1]);
+    // Pinned to v0 while v1 is served: 409, saying which version it serves.
+    const late = await pinned(0);
+    expect(late.status).toBe(409);
+    expect(JSON.stringify(late.json)).toMatch(/pinned to version 0 .*already serves 1/);
+    // A malformed pin is refused with its path.
+    const bad = await post(url, { messages, agentrl: { newest_version: -1 } });
+    expect(bad.status).toBe(400);
+    expect(JSON.stringify(bad.json)).toContain("agentrl.newest_version");
+  });
+
+  it("maps the newest version to its pool's (a stale server pinned to newest 5 answers with v4)", async () => {
+    const policy = new ScriptedPolicy(4, [], { vocabSize: VOCAB, contextLength: CONTEXT, fallback: filler });
+    const server = createPolicyServer({
+      policy,
+      codec,
+      log: createLogger({ role: "test" }),
+      maxBatch: 4,
+      pool: "stale",
+      versionFor: (newest) => newest - (newest % 2),
+      pinnedWaitSeconds: 1,
+    });
+    const http = await listen(server.app);
+    open.push({ server, http });
+    const ok = await post(http.url, { messages, max_tokens: 2, agentrl: { newest_version: 5 } });
+    expect(ok.status).toBe(200);
+    // newest 7 wants v6, which never loads here: 503 after the bounded wait, retryable.
+    const missing = await post(http.url, { messages, max_tokens: 2, agentrl: { newest_version: 7 } });
+    expect(missing.status).toBe(503);
+    expect(JSON.stringify(missing.json)).toMatch(/pinned to version 6 .*still serving 4/);
+  });
+
   it("frees the slot of a request whose client went away", async () => {
     const { url, server } = await start([]);
     const controller = new AbortController();

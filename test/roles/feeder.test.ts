@@ -193,13 +193,15 @@ describe("runFeeder on the local transport", () => {
     const running = runFeeder(cfg, transport, { signal: stop.signal, pollMs: 5, latestVersion: async () => version });
     try {
       await waitFor(async () => (await queue.approximateDepth()).visible === 4, 5_000, "queue depth 4");
-      await drain(4); // consumed, but no new version yet: nothing more
+      // consumed, but no new version yet: nothing more; each request is pinned to the version it was fed for
+      expect((await drain(4)).map((r) => r.policyVersion)).toEqual([0, 0, 0, 0]);
       await new Promise((r) => setTimeout(r, 100));
       expect((await queue.approximateDepth()).visible).toBe(0);
       version = 1;
       await waitFor(async () => (await queue.approximateDepth()).visible === 4, 5_000, "queue depth 4");
       await new Promise((r) => setTimeout(r, 100));
       expect((await queue.approximateDepth()).visible).toBe(4);
+      expect((await drain(4)).map((r) => r.policyVersion)).toEqual([1, 1, 1, 1]);
     } finally {
       stop.abort();
     }

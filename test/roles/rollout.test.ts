@@ -123,7 +123,7 @@ describe("rollout worker with the example task, a real controller and a fake pol
       expect(t.metrics.retokenized_turns).toBe(0);
     }
     // the policy saw the recorded prompt tokens on every turn (token-in, no re-tokenization)
-    expect(policy.requests.every((r) => (r.agentrl?.prompt_token_ids.length ?? 0) > 0)).toBe(true);
+    expect(policy.requests.every((r) => (r.agentrl?.prompt_token_ids?.length ?? 0) > 0)).toBe(true);
     expect(stack.workers[0]?.sessionCount).toBe(0);
   });
 

@@ -1,4 +1,5 @@
 import { randomUUID } from "node:crypto";
+import { setTimeout as sleep } from "node:timers/promises";
 import type { Hono } from "hono";
 import type { ChatCodec } from "../../shared/chat/index.ts";
 import { LimitsConfig } from "../../shared/config/limits.ts";
@@ -47,6 +48,13 @@ export interface PolicyServerOptions {
   readonly decodeThread?: "worker" | "main";
   /** Prometheus metrics at GET /metrics: requests, queue, batch, generated tokens, version. @default - no /metrics */
   readonly metrics?: ServiceMetrics;
+  /**
+   * The version this server's pool serves when `newest` is the newest published (a request's
+   * `agentrl.newest_version`, sync mode). @default newest itself (the current pool)
+   */
+  readonly versionFor?: (newest: number) => number;
+  /** How long a request pinned to a version not loaded yet waits for it before answering 503. @default 60 */
+  readonly pinnedWaitSeconds?: number;
 }
 
 /** A policy server: the HTTP app plus the scheduler and the hook that swaps weights. */
@@ -67,7 +75,8 @@ export interface PolicyServer {
  * OpenAI-compatible chat completions over a continuous-batching scheduler:
  * - `POST /v1/chat/completions` — messages + tools → assistant message with `tool_calls`; each
  *   choice carries `agentrl` (GenerationTrace: generated ids, their log-probs, per-token policy
- *   versions, prompt ids). `agentrl.prompt_token_ids` in the request replaces rendering.
+ *   versions, prompt ids). `agentrl.prompt_token_ids` in the request replaces rendering;
+ *   `agentrl.newest_version` pins the weights that answer (waits for them to load; 409 once past them).
  * - `GET /v1/models`, `GET /health`, `GET /stats` (decode steps, batch sizes: batching made visible).
  * A prompt that does not fit the context window answers 400 naming `messages`; `max_tokens` is
  * clamped to the room left (finish_reason `length` says so).
@@ -98,6 +107,26 @@ export function createPolicyServer(options: PolicyServerOptions): PolicyServer {
   // prompt's token count from below: a prompt that cannot fit is refused before tokenizing it.
   const maxTokenBytes = longestTokenBytes(codec);
   const auth = requireBearer(options.apiKey, "policy clients (AGENTRL_POLICY_API_KEY)");
+
+  /** Waits (bounded) until this server serves its pool's version for `newest`; 409 if it is past it. */
+  const awaitPinned = async (newest: number, signal: AbortSignal): Promise<void> => {
+    const wanted = options.versionFor?.(newest) ?? newest;
+    const deadline = Date.now() + (options.pinnedWaitSeconds ?? 60) * 1000;
+    while (current.version < wanted) {
+      if (Date.now() > deadline || signal.aborted) {
+        throw new HttpError(
+          503,
+          `pinned to version ${wanted} (newest ${newest}), still serving ${current.version}: retry once it has loaded`,
+        );
+      }
+      await sleep(50);
+    }
+    if (current.version > wanted)
+      throw new HttpError(
+        409,
+        `pinned to version ${wanted} (newest ${newest}), but this ${pool} server already serves ${current.version}`,
+      );
+  };
   app.use("/v1/*", auth);
   app.use("/stats", auth);
   app.use("/update_weights_from_disk", auth); // loading weights is at least as privileged as asking for tokens
@@ -152,7 +181,9 @@ export function createPolicyServer(options: PolicyServerOptions): PolicyServer {
 
   app.post("/v1/chat/completions", async (c) => {
     const request = await readJson(c, ChatCompletionRequest, "chat completion request");
-    if (!request.agentrl) {
+    if (request.agentrl?.newest_version !== undefined)
+      await awaitPinned(request.agentrl.newest_version, c.req.raw.signal);
+    if (request.agentrl?.prompt_token_ids === undefined) {
       const atLeast = Math.ceil(promptTextLength(request) / maxTokenBytes);
       if (atLeast >= contextLength)
         throw new ValidationError("chat completion request", [
@@ -182,7 +213,7 @@ export function createPolicyServer(options: PolicyServerOptions): PolicyServer {
     if (prompt.length >= contextLength)
       throw new ValidationError("chat completion request", [
         {
-          path: request.agentrl ? "agentrl.prompt_token_ids" : "messages",
+          path: request.agentrl?.prompt_token_ids ? "agentrl.prompt_token_ids" : "messages",
           message: `the prompt is ${prompt.length} tokens but the context window is ${contextLength} tokens (at most ${contextLength - 1} prompt tokens leave room to generate); shorten the conversation`,
         },
       ]);

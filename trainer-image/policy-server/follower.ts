@@ -1,5 +1,8 @@
 import type { Logger } from "../../shared/log.ts";
 import type { InferencePolicy } from "../../shared/model/types.ts";
+import { type Pool, targetVersion } from "../../shared/policy/pool.ts";
+
+export { type Pool, targetVersion };
 
 /**
  * Where versions come from (the checkpoint store in production, a map in tests).
@@ -10,20 +13,6 @@ export interface PolicySource {
   newestVersion(): Promise<number | undefined>;
   /** Loads one version's weights. */
   load(version: number): Promise<InferencePolicy>;
-}
-
-/** `current` serves every new version; `stale` serves every K-th (versions 0, K, 2K, ...). */
-export type Pool = "current" | "stale";
-
-/**
- * The version a pool should serve when `newest` is the newest published. The stale pool takes
- * the last multiple of `staleEvery`, rounded down to a published version: the trainer makes a
- * version every step but publishes only every `publishEvery`-th (trainer.checkpointEvery).
- */
-export function targetVersion(pool: Pool, newest: number, staleEvery: number, publishEvery = 1): number {
-  if (pool === "current") return newest;
-  const stale = newest - (newest % staleEvery);
-  return stale - (stale % publishEvery);
 }
 
 /**

@@ -135,6 +135,7 @@ export async function servePolicy(options: ServePolicyOptions): Promise<RunningP
     pool,
     loadWeights: loadHfPolicy,
     limits: config.limits,
+    versionFor: (newest) => targetVersion(pool, newest, staleEvery, config.trainer.checkpointEvery),
     ...(options.apiKey ? { apiKey: options.apiKey } : {}),
     ...(options.decodeThread ? { decodeThread: options.decodeThread } : {}),
     ...(options.metrics ? { metrics: options.metrics } : {}),

@@ -77,8 +77,11 @@ export class PoisonedTrajectories {
   ): Promise<{ trajectories: Trajectory[]; missing: number }> {
     const trajectories: Trajectory[] = [];
     let missing = 0;
-    for (const group of groups)
-      for (const [trajectoryId, member] of [...group.members]) {
+    // A fixed order (group, then member), not arrival order: the step's sums, and so its weights,
+    // then depend only on which trajectories it trains on.
+    const byId = <T>(a: [string, T], b: [string, T]) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0);
+    for (const group of [...groups].sort((a, b) => byId([a.groupId, a], [b.groupId, b])))
+      for (const [trajectoryId, member] of [...group.members].sort(byId)) {
         const loaded = await loadTrajectory(store, member);
         if (loaded.ok) {
           trajectories.push(loaded.trajectory);
