@@ -1,0 +1,213 @@
+/**
+ * `npm run learning -- [--seeds 3] [--tables 3,4,6] [--config configs/learning.yaml]
+ *   [--ablation-config <file>] [--out runs/learning] [--set path=value ...] [--dry-run]`
+ *
+ * Reproduces the learning tables (the reference's Tables 3, 4 and 6 in miniature): runs every arm
+ * the chosen tables need, once per seed, each as `agentrl train` in sync mode (the seeded mode:
+ * the same seed gives the same result whatever the machine's load, docs/pipeline.md), then prints
+ * the tables as markdown and writes them to `<out>/tables.md`. Each finished arm stores its result
+ * (`<out>/<arm>/seed-<s>/result.json`: both closing evaluations with their per-instance outcomes);
+ * a rerun skips those and reruns an arm that was killed mid-way from the start.
+ *
+ * Arms: `multi` (the config as it is: Table 3, and Table 4's multi-task run); per task
+ * `single-<task>-steps` (that task alone, the same steps) and `single-<task>-data` (that task
+ * alone, the steps that give it the data it had in the mix); `ablation-full` (only when the
+ * ablation config differs), `no-cross-policy`, `no-task-norm` (Table 6).
+ */
+import { spawn } from "node:child_process";
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { parseArgs } from "node:util";
+import { z } from "zod";
+import { loadConfig } from "../shared/config/index.ts";
+import { EvalReport } from "../shared/protocol/metrics.ts";
+import { ArmResult, table3, table4, table6 } from "./learningTables.ts";
+
+const root = fileURLToPath(new URL("..", import.meta.url));
+
+const Flags = z.object({
+  seeds: z.coerce.number().int().min(1).max(20),
+  tables: z
+    .string()
+    .regex(/^[346](,[346])*$/, "a comma-separated list of 3, 4 and 6")
+    .transform((s) => new Set(s.split(",").map(Number))),
+  config: z.string().min(1),
+  "ablation-config": z.string().min(1).optional(),
+  out: z.string().min(1),
+  set: z.array(z.string().regex(/^[A-Za-z0-9_.[\]]+=/, "path=value")),
+  "dry-run": z.boolean(),
+});
+
+interface Arm {
+  readonly name: string;
+  readonly config: string;
+  /** `--set` overrides of this arm (before the user's). */
+  readonly sets: readonly string[];
+}
+
+function parseFlags(argv: readonly string[]): z.infer<typeof Flags> {
+  let values: Record<string, unknown>;
+  try {
+    values = readFlags(argv);
+  } catch (error) {
+    console.error(
+      `${(error as Error).message}; allowed: --seeds, --tables, --config, --ablation-config, --out, --set, --dry-run`,
+    );
+    process.exit(2);
+  }
+  const parsed = Flags.safeParse(values);
+  if (!parsed.success) {
+    for (const issue of parsed.error.issues) console.error(`--${issue.path.join(".")}: ${issue.message}`);
+    process.exit(2);
+  }
+  return parsed.data;
+}
+
+function readFlags(argv: readonly string[]): Record<string, unknown> {
+  const { values } = parseArgs({
+    args: [...argv],
+    options: {
+      seeds: { type: "string", default: "3" },
+      tables: { type: "string", default: "3,4,6" },
+      config: { type: "string", default: "configs/learning.yaml" },
+      "ablation-config": { type: "string" },
+      out: { type: "string", default: "runs/learning" },
+      set: { type: "string", multiple: true, default: [] },
+      "dry-run": { type: "boolean", default: false },
+    },
+    strict: true,
+  });
+  return values;
+}
+
+/** The arms the chosen tables need, from the configs' task mixes and step counts. */
+async function armsFor(flags: z.infer<typeof Flags>): Promise<Arm[]> {
+  const config = await loadConfig(flags.config);
+  const arms: Arm[] = [{ name: "multi", config: flags.config, sets: [] }];
+  if (flags.tables.has(4)) {
+    const mix = config.tasks.mix;
+    const totalWeight = mix.reduce((s, t) => s + t.weight, 0);
+    for (const task of mix) {
+      const alone = `tasks.mix=${JSON.stringify([{ ...task, weight: 1 }])}`;
+      const dataSteps = Math.max(1, Math.round((config.trainer.maxSteps * task.weight) / totalWeight));
+      arms.push({ name: `single-${task.name}-steps`, config: flags.config, sets: [alone] });
+      arms.push({
+        name: `single-${task.name}-data`,
+        config: flags.config,
+        sets: [alone, `trainer.maxSteps=${dataSteps}`],
+      });
+    }
+  }
+  if (flags.tables.has(6)) {
+    const ablation = flags["ablation-config"] ?? flags.config;
+    if (resolve(ablation) !== resolve(flags.config)) arms.push({ name: "ablation-full", config: ablation, sets: [] });
+    arms.push({ name: "no-cross-policy", config: ablation, sets: ["rollout.crossPolicy.enabled=false"] });
+    arms.push({ name: "no-task-norm", config: ablation, sets: ["trainer.taskAdvantageNorm=false"] });
+  }
+  return arms;
+}
+
+function resultFile(out: string, arm: string, seed: number): string {
+  return join(out, arm, `seed-${seed}`, "result.json");
+}
+
+function readResult(file: string): ArmResult | undefined {
+  if (!existsSync(file)) return undefined;
+  const parsed = ArmResult.safeParse(JSON.parse(readFileSync(file, "utf8")));
+  return parsed.success ? parsed.data : undefined;
+}
+
+/** Runs one arm at one seed as `agentrl train`, then stores its result. */
+async function runArm(arm: Arm, seed: number, flags: z.infer<typeof Flags>): Promise<ArmResult> {
+  const runDir = join(flags.out, arm.name, `seed-${seed}`);
+  // A run killed mid-way restarts from scratch: its store may hold steps of another timing.
+  rmSync(runDir, { recursive: true, force: true });
+  mkdirSync(runDir, { recursive: true });
+  const sets = [`seed=${seed}`, "trainer.mode=sync", ...arm.sets, ...flags.set];
+  const args = [
+    "bin/agentrl.mjs",
+    "train",
+    "-c",
+    arm.config,
+    ...sets.flatMap((s) => ["--set", s]),
+    "--run-dir",
+    runDir,
+  ];
+  console.error(`[learning] ${arm.name} seed ${seed}: node ${args.join(" ")}`);
+  const started = Date.now();
+  const code = await new Promise<number>((done) => {
+    const child = spawn(process.execPath, args, { cwd: root, stdio: ["ignore", "inherit", "inherit"] });
+    child.on("exit", (status) => done(status ?? 1));
+  });
+  if (code !== 0) throw new Error(`${arm.name} seed ${seed}: agentrl train exited ${code}; see ${runDir}/logs`);
+  const reports = readdirSync(runDir)
+    .filter((f) => /^eval-.*\.json$/.test(f))
+    .map((f) => EvalReport.parse(JSON.parse(readFileSync(join(runDir, f), "utf8"))));
+  const base = reports.find((r) => r.policy.includes("(base)"));
+  const newest = reports.find((r) => !r.policy.includes("(base)"));
+  if (!base || !newest)
+    throw new Error(`${arm.name} seed ${seed}: the run left no closing evaluation of both base and newest`);
+  const result: ArmResult = {
+    schemaVersion: 1,
+    arm: arm.name,
+    seed,
+    config: arm.config,
+    sets,
+    wallSeconds: (Date.now() - started) / 1000,
+    base,
+    newest,
+  };
+  writeFileSync(resultFile(flags.out, arm.name, seed), `${JSON.stringify(result)}\n`);
+  return result;
+}
+
+const flags = parseFlags(process.argv.slice(2));
+const arms = await armsFor(flags);
+const seeds = Array.from({ length: flags.seeds }, (_, i) => i + 1);
+const results = new Map<string, ArmResult[]>();
+for (const arm of arms) {
+  for (const seed of seeds) {
+    const stored = readResult(resultFile(flags.out, arm.name, seed));
+    if (stored) {
+      console.error(`[learning] ${arm.name} seed ${seed}: done before, skipped`);
+    } else if (flags["dry-run"]) {
+      console.error(`[learning] ${arm.name} seed ${seed}: would run ${arm.config} ${arm.sets.join(" ")}`);
+      continue;
+    }
+    const result = stored ?? (await runArm(arm, seed, flags));
+    results.set(arm.name, [...(results.get(arm.name) ?? []), result]);
+  }
+}
+
+const of = (name: string) => results.get(name) ?? [];
+const sections: string[] = [];
+if (of("multi").length > 0 && flags.tables.has(3))
+  sections.push(`### Table 3: RL from the base (greedy test success, %)\n\n${table3(of("multi"))}`);
+if (of("multi").length > 0 && flags.tables.has(4)) {
+  const singles = new Map<string, ArmResult[]>();
+  for (const [name, list] of results) {
+    const match = /^single-(.+)-(steps|data)$/.exec(name);
+    if (match) singles.set(`${match[1]}@${match[2]}`, list);
+  }
+  sections.push(
+    `### Table 4: multi-task against single-task (greedy test success, %)\n\n${table4(of("multi"), singles)}`,
+  );
+}
+const full = of(results.has("ablation-full") ? "ablation-full" : "multi");
+if (full.length > 0 && flags.tables.has(6)) {
+  const ablations = new Map([
+    ["cross-policy sampling", of("no-cross-policy")],
+    ["task advantage normalization", of("no-task-norm")],
+  ]);
+  sections.push(`### Table 6: ablations (greedy test success, %)\n\n${table6(full, ablations)}`);
+}
+const compute = [...results.values()].flat().reduce((s, r) => s + r.wallSeconds, 0);
+const runs = [...results.values()].flat().length;
+sections.push(`${runs} runs, ${(compute / 3600).toFixed(2)} h of wall time in all (each run's own time).`);
+const markdown = `${sections.join("\n\n")}\n`;
+if (!flags["dry-run"]) {
+  mkdirSync(flags.out, { recursive: true });
+  writeFileSync(join(flags.out, "tables.md"), markdown);
+}
+process.stdout.write(markdown);

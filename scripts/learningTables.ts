@@ -1,0 +1,129 @@
+/**
+ * The learning tables (the reference's Tables 3, 4 and 6 in miniature) from finished arms: pure
+ * functions over each arm's stored result, so `npm run learning` prints the same tables from a
+ * rerun that ran nothing. Success is in points (0–100); each seed's paired 95% interval comes from
+ * pairedDifference (instance by instance); across seeds: mean and the range.
+ */
+import { z } from "zod";
+import { pairedDifference } from "../cli/report/report.ts";
+import { EvalReport } from "../shared/protocol/metrics.ts";
+
+/** What one arm's run leaves behind (`<out>/<arm>/seed-<s>/result.json`). */
+export const ArmResult = z.object({
+  schemaVersion: z.literal(1),
+  arm: z.string(),
+  seed: z.number().int(),
+  config: z.string(),
+  sets: z.array(z.string()),
+  wallSeconds: z.number().nonnegative(),
+  base: EvalReport,
+  newest: EvalReport,
+});
+export type ArmResult = z.infer<typeof ArmResult>;
+
+/** Success of `task` (or "avg") in points. */
+function points(report: EvalReport, task: string): number {
+  if (task === "avg") return report.averageSuccess * 100;
+  const row = report.tasks.find((t) => t.task === task);
+  return row === undefined ? Number.NaN : row.success * 100;
+}
+
+function fixed(x: number): string {
+  return Number.isNaN(x) ? "–" : x.toFixed(1);
+}
+
+function signed(x: number): string {
+  return Number.isNaN(x) ? "–" : `${x >= 0 ? "+" : "−"}${Math.abs(x).toFixed(1)}`;
+}
+
+/** "12.3 (10.5–14.0)": mean over seeds and their range; one seed prints its value. */
+export function meanAndRange(values: readonly number[]): string {
+  const finite = values.filter((v) => !Number.isNaN(v));
+  if (finite.length === 0) return "–";
+  const mean = finite.reduce((a, b) => a + b, 0) / finite.length;
+  if (finite.length === 1) return fixed(mean);
+  return `${fixed(mean)} (${fixed(Math.min(...finite))}–${fixed(Math.max(...finite))})`;
+}
+
+/** Paired difference newest − base of one task ("avg": every task), in points, with its 95% interval. */
+export function pairedPoints(base: EvalReport, other: EvalReport, task: string): string {
+  const rows = pairedDifference(base, other);
+  const row = rows?.find((r) => r.task === task);
+  if (!row) return "–";
+  const d = row.difference * 100;
+  const h = row.halfWidth * 100;
+  return `${signed(d)} (${signed(d - h)} to ${signed(d + h)})`;
+}
+
+function tasksOf(results: readonly ArmResult[]): string[] {
+  const names = new Set<string>();
+  for (const r of results) for (const t of r.newest.tasks) names.add(t.task);
+  return [...names].sort();
+}
+
+function bySeed(results: readonly ArmResult[]): ArmResult[] {
+  return [...results].sort((a, b) => a.seed - b.seed);
+}
+
+/** Table 3: the base and RL from it, per seed, per task and average, with each seed's paired interval. */
+export function table3(arm: readonly ArmResult[]): string {
+  const runs = bySeed(arm);
+  const tasks = [...tasksOf(runs), "avg"];
+  const head = `| seed | ${tasks.map((t) => `base ${t}`).join(" | ")} | ${tasks.map((t) => `RL ${t}`).join(" | ")} | RL − base avg (95%) |`;
+  const lines = [head, `|${"---|".repeat(2 * tasks.length + 2)}`];
+  for (const r of runs)
+    lines.push(
+      `| ${r.seed} | ${tasks.map((t) => fixed(points(r.base, t))).join(" | ")} | ${tasks.map((t) => fixed(points(r.newest, t))).join(" | ")} | ${pairedPoints(r.base, r.newest, "avg")} |`,
+    );
+  lines.push(
+    `| mean (range) | ${tasks.map((t) => meanAndRange(runs.map((r) => points(r.base, t)))).join(" | ")} | ${tasks.map((t) => meanAndRange(runs.map((r) => points(r.newest, t)))).join(" | ")} | ${meanAndRange(runs.map((r) => points(r.newest, "avg") - points(r.base, "avg")))} |`,
+  );
+  return lines.join("\n");
+}
+
+/**
+ * Table 4: the multi-task run against each task's single-task runs (equal steps, equal per-task
+ * data), on that task: mean (range) over seeds, and per seed the paired difference multi − single.
+ */
+export function table4(multi: readonly ArmResult[], singles: ReadonlyMap<string, readonly ArmResult[]>): string {
+  const lines = [
+    "| task | comparison | multi-task | single-task | multi − single, per seed (paired 95%) |",
+    "|---|---|---|---|---|",
+  ];
+  for (const task of tasksOf(multi)) {
+    for (const [label, key] of [
+      ["equal steps", `${task}@steps`],
+      ["equal per-task data", `${task}@data`],
+    ] as const) {
+      const single = bySeed(singles.get(key) ?? []);
+      const pairs = bySeed(multi).flatMap((m) => {
+        const s = single.find((x) => x.seed === m.seed);
+        return s ? [`s${m.seed} ${pairedPoints(s.newest, m.newest, task)}`] : [];
+      });
+      lines.push(
+        `| ${task} | ${label} | ${meanAndRange(multi.map((m) => points(m.newest, task)))} | ${meanAndRange(single.map((s) => points(s.newest, task)))} | ${pairs.join("; ") || "–"} |`,
+      );
+    }
+  }
+  return lines.join("\n");
+}
+
+/** Table 6: the full run against each ablation, per task and average, with per-seed paired differences. */
+export function table6(full: readonly ArmResult[], ablations: ReadonlyMap<string, readonly ArmResult[]>): string {
+  const tasks = [...tasksOf(full), "avg"];
+  const lines = [
+    `| run | ${tasks.join(" | ")} | ablation − full avg, per seed (paired 95%) |`,
+    `|${"---|".repeat(tasks.length + 2)}`,
+  ];
+  const row = (label: string, results: readonly ArmResult[], pairs: string) =>
+    `| ${label} | ${tasks.map((t) => meanAndRange(results.map((r) => points(r.newest, t)))).join(" | ")} | ${pairs} |`;
+  lines.push(row(`full (base: avg ${meanAndRange(full.map((r) => points(r.base, "avg")))})`, full, "–"));
+  for (const [label, results] of ablations) {
+    const pairs = bySeed(results).flatMap((a) => {
+      const f = full.find((x) => x.seed === a.seed);
+      return f ? [`s${a.seed} ${pairedPoints(f.newest, a.newest, "avg")}`] : [];
+    });
+    lines.push(row(`without ${label}`, results, pairs.join("; ") || "–"));
+  }
+  return lines.join("\n");
+}

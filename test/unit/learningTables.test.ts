@@ -1,0 +1,101 @@
+import { describe, expect, it } from "vitest";
+import { type ArmResult, meanAndRange, pairedPoints, table3, table4, table6 } from "../../scripts/learningTables.ts";
+import type { EvalReport } from "../../shared/protocol/metrics.ts";
+
+/** A report whose first `solved[task]` of `n` instances per task succeed. */
+function report(policy: string, solved: Record<string, number>, n = 10): EvalReport {
+  const tasks = Object.entries(solved).map(([task, k]) => ({
+    task,
+    episodes: n,
+    success: k / n,
+    meanReward: k / n,
+    meanTurns: 2,
+    statuses: { completed: n },
+  }));
+  return {
+    schemaVersion: 1,
+    policy,
+    split: "test",
+    createdAt: "2026-01-01T00:00:00Z",
+    tasks,
+    averageSuccess: tasks.reduce((s, t) => s + t.success, 0) / tasks.length,
+    outcomes: Object.entries(solved).flatMap(([task, k]) =>
+      Array.from({ length: n }, (_, index) => ({
+        task,
+        index,
+        sample: 0,
+        status: "completed",
+        success: index < k ? 1 : 0,
+      })),
+    ),
+  };
+}
+
+function arm(name: string, seed: number, base: Record<string, number>, newest: Record<string, number>): ArmResult {
+  return {
+    schemaVersion: 1,
+    arm: name,
+    seed,
+    config: "c.yaml",
+    sets: [],
+    wallSeconds: 60,
+    base: report("v0 (base)", base),
+    newest: report("v5", newest),
+  };
+}
+
+describe("learning tables", () => {
+  it("mean and range over seeds", () => {
+    expect(meanAndRange([10, 20, 30])).toBe("20.0 (10.0–30.0)");
+    expect(meanAndRange([12.5])).toBe("12.5");
+    expect(meanAndRange([])).toBe("–");
+  });
+
+  it("pairs instance by instance: 3 of 10 more solved is +30 points, with its interval", () => {
+    const text = pairedPoints(report("a", { db: 2 }), report("b", { db: 5 }), "db");
+    // differences: three 1s, seven 0s: mean 0.3, sd 0.483, half width 1.96 · 0.483 / √10 = 0.2994
+    expect(text).toBe("+30.0 (+0.1 to +59.9)");
+  });
+
+  it("table 3: per seed base and RL per task and average, the paired average, mean and range", () => {
+    const md = table3([
+      arm("multi", 2, { db: 1, os: 3 }, { db: 4, os: 5 }),
+      arm("multi", 1, { db: 1, os: 3 }, { db: 3, os: 7 }),
+    ]);
+    const lines = md.split("\n");
+    expect(lines[0]).toBe("| seed | base db | base os | base avg | RL db | RL os | RL avg | RL − base avg (95%) |");
+    // seeds in order, each with its values
+    expect(lines[2]).toMatch(/^\| 1 \| 10\.0 \| 30\.0 \| 20\.0 \| 30\.0 \| 70\.0 \| 50\.0 \| \+30\.0 /);
+    expect(lines[3]).toMatch(/^\| 2 \| 10\.0 \| 30\.0 \| 20\.0 \| 40\.0 \| 50\.0 \| 45\.0 \| \+25\.0 /);
+    expect(lines[4]).toBe(
+      "| mean (range) | 10.0 (10.0–10.0) | 30.0 (30.0–30.0) | 20.0 (20.0–20.0) | 35.0 (30.0–40.0) | 60.0 (50.0–70.0) | 47.5 (45.0–50.0) | 27.5 (25.0–30.0) |",
+    );
+  });
+
+  it("table 4: multi-task against each task's single-task runs at equal steps and equal data, paired per seed", () => {
+    const multi = [arm("multi", 1, { db: 0, os: 0 }, { db: 5, os: 6 })];
+    const singles = new Map([
+      ["db@steps", [arm("single-db-steps", 1, { db: 0 }, { db: 7 })]],
+      ["db@data", [arm("single-db-data", 1, { db: 0 }, { db: 4 })]],
+      ["os@steps", [arm("single-os-steps", 1, { os: 0 }, { os: 6 })]],
+    ]);
+    const md = table4(multi, singles);
+    expect(md).toContain("| db | equal steps | 50.0 | 70.0 | s1 −20.0 ");
+    expect(md).toContain("| db | equal per-task data | 50.0 | 40.0 | s1 +10.0 ");
+    expect(md).toContain("| os | equal steps | 60.0 | 60.0 | s1 +0.0 ");
+    // an arm not run yet shows as missing rather than as zero
+    expect(md).toContain("| os | equal per-task data | 60.0 | – | – |");
+  });
+
+  it("table 6: the full run, each ablation and its per-seed paired difference from the full run", () => {
+    const full = [arm("multi", 1, { db: 0, os: 0 }, { db: 5, os: 5 })];
+    const ablations = new Map([
+      ["cross-policy sampling", [arm("no-cross-policy", 1, { db: 0, os: 0 }, { db: 3, os: 5 })]],
+      ["task advantage normalization", []],
+    ]);
+    const md = table6(full, ablations);
+    expect(md).toContain("| full (base: avg 0.0) | 50.0 | 50.0 | 50.0 | – |");
+    expect(md).toContain("| without cross-policy sampling | 30.0 | 50.0 | 40.0 | s1 −10.0 ");
+    expect(md).toContain("| without task advantage normalization | – | – | – | – |");
+  });
+});
