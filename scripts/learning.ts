@@ -137,7 +137,8 @@ async function runArm(arm: Arm, seed: number, flags: z.infer<typeof Flags>): Pro
   console.error(`[learning] ${arm.name} seed ${seed}: node ${args.join(" ")}`);
   const started = Date.now();
   const code = await new Promise<number>((done) => {
-    const child = spawn(process.execPath, args, { cwd: root, stdio: ["ignore", "inherit", "inherit"] });
+    // The run's own output goes to stderr: stdout is the tables alone.
+    const child = spawn(process.execPath, args, { cwd: root, stdio: ["ignore", 2, 2] });
     child.on("exit", (status) => done(status ?? 1));
   });
   if (code !== 0) throw new Error(`${arm.name} seed ${seed}: agentrl train exited ${code}; see ${runDir}/logs`);

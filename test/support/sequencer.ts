@@ -12,6 +12,7 @@ const LONG_FIRST = [
   "test/e2e/pipeline.test.ts",
   "test/e2e/chaos.test.ts",
   "test/e2e/seeded.test.ts",
+  "test/e2e/learning.test.ts",
   "test/infra/rehearse.test.ts",
   "test/unit/cliConventions.test.ts",
   "test/unit/cli.test.ts",

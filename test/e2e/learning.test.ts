@@ -1,0 +1,56 @@
+import { existsSync, mkdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { describe, expect, it } from "vitest";
+import { runProcess } from "../support/cli.ts";
+import { tempDir } from "../support/tmp.ts";
+
+/**
+ * `npm run learning` end to end, shrunk to one seed of Table 3's arm (one sync step, two held-out
+ * instances per task): it runs the arm, stores its result, prints the table; a rerun runs nothing
+ * and prints the same table; a run folder left by a killed run is started again from scratch.
+ */
+
+const SCRIPT = fileURLToPath(new URL("../../scripts/learning.ts", import.meta.url));
+const TSX = fileURLToPath(new URL("../../node_modules/.bin/tsx", import.meta.url));
+const SMALL = [
+  "trainer.maxSteps=1",
+  "trainer.batchSize=2",
+  "rollout.groupSize=2",
+  "rollout.concurrency=8",
+  "evaluation.instances=2",
+].flatMap((s) => ["--set", s]);
+
+describe("npm run learning", () => {
+  it("runs an arm once, stores it, prints Table 3, and skips it on a rerun", async () => {
+    const out = tempDir("agentrl-learning-");
+    // What a run killed mid-way leaves: a folder without result.json.
+    mkdirSync(join(out, "multi", "seed-1"), { recursive: true });
+    writeFileSync(join(out, "multi", "seed-1", "leftover"), "killed");
+    const args = [SCRIPT, "--tables", "3", "--seeds", "1", "--out", out, ...SMALL];
+    const first = await runProcess(TSX, args, { timeoutMs: 280_000 });
+    expect(first.status, first.stderr).toBe(0);
+    expect(existsSync(join(out, "multi", "seed-1", "leftover"))).toBe(false);
+    expect(existsSync(join(out, "multi", "seed-1", "result.json"))).toBe(true);
+    expect(first.stdout).toContain("### Table 3");
+    expect(first.stdout).toMatch(/\n\| 1 \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [+−]/);
+    expect(first.stdout).toMatch(/1 runs, [\d.]+ h of wall time/);
+
+    const again = await runProcess(TSX, args, { timeoutMs: 60_000 });
+    expect(again.status, again.stderr).toBe(0);
+    expect(again.stderr).toContain("multi seed 1: done before, skipped");
+    expect(again.stdout).toBe(first.stdout);
+  }, 360_000);
+
+  it("refuses bad flags, saying what is allowed", async () => {
+    const seeds = await runProcess(TSX, [SCRIPT, "--seeds", "0"]);
+    expect(seeds.status).toBe(2);
+    expect(seeds.stderr).toContain("--seeds");
+    const tables = await runProcess(TSX, [SCRIPT, "--tables", "3,5"]);
+    expect(tables.status).toBe(2);
+    expect(tables.stderr).toContain("a comma-separated list of 3, 4 and 6");
+    const unknown = await runProcess(TSX, [SCRIPT, "--sedes", "3"]);
+    expect(unknown.status).toBe(2);
+    expect(unknown.stderr).toContain("allowed: --seeds");
+  });
+});
