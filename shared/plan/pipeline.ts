@@ -62,6 +62,11 @@ export interface PipelinePlan {
   /** Trainer steps to simulate; figures come from the steps after `warmupSteps`. */
   readonly steps: number;
   readonly warmupSteps: number;
+  /**
+   * Env delays of a group's actions (ms; action 0 = start) when the workload fixes them, as the
+   * latency task's instances do; undefined draws from the task's cost. @default - drawn
+   */
+  readonly delayMs?: (task: number, group: number, action: number) => number | undefined;
   /** Guard against runaway runs. @default 50,000,000 */
   readonly maxEvents?: number;
 }
@@ -264,8 +269,12 @@ export function simulatePipeline(plan: PipelinePlan): PipelineResult {
     const started = sim.now;
     const pool = envPools[group.task] as SlotPool;
     const turns = Math.floor(cost.turns) + (draws.uniform() < cost.turns - Math.floor(cost.turns) ? 1 : 0);
-    const envSteps = Math.min(turns, Math.round((cost.envSteps / cost.turns) * turns));
+    // env actions: the mean's floor, plus one with the fractional part's probability, at most one per turn
+    const extraStep = draws.uniform() < cost.envSteps - Math.floor(cost.envSteps) ? 1 : 0;
+    const envSteps = Math.min(turns, Math.floor(cost.envSteps) + extraStep);
     const delay = (action: number, shape: TaskCost["startMs"]) => {
+      const fixed = plan.delayMs?.(group.task, group.id, action);
+      if (fixed !== undefined) return ms(fixed);
       if (!cost.groupSharesDelays) return ms(draws.lognormal(shape.medianMs, shape.sigma, shape.maxMs));
       while (group.shared.length <= action) group.shared.push(Number.NaN);
       if (Number.isNaN(group.shared[action] as number))
