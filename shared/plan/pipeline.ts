@@ -154,7 +154,8 @@ function validate(plan: PipelinePlan): void {
     ["steps", plan.steps, plan.warmupSteps + 1],
   ];
   for (const [name, value, min] of ints)
-    if (!(Number.isInteger(value) && value >= min)) throw new RangeError(`${name} must be an integer >= ${min}, got ${value}`);
+    if (!(Number.isInteger(value) && value >= min))
+      throw new RangeError(`${name} must be an integer >= ${min}, got ${value}`);
   if (plan.tasks.length === 0) throw new RangeError("tasks must name at least one task");
   for (const t of plan.tasks)
     if (!(Number.isInteger(t.envWorkers) && t.envWorkers >= 1))
@@ -358,8 +359,7 @@ export function simulatePipeline(plan: PipelinePlan): PipelineResult {
     if (stepsDone < plan.steps) sim.after(ms(plan.feederPollMs), feederTick);
   };
 
-  const deviceRate =
-    plan.trainer.tokPerSPerDevice * plan.trainerDevices ** plan.trainer.scalingExponent;
+  const deviceRate = plan.trainer.tokPerSPerDevice * plan.trainerDevices ** plan.trainer.scalingExponent;
   let measureFrom = Number.NaN;
   let measureFromStats = { decode: 0, trainer: 0, outstanding: 0, tokens: 0, controllerReq: 0, puts: 0, launches: 0 };
   const snapshot = () => {
@@ -436,10 +436,10 @@ export function simulatePipeline(plan: PipelinePlan): PipelineResult {
   const maxEvents = plan.maxEvents ?? 50_000_000;
   function poolAreas(): PoolAreas {
     return {
-    rollout: rollout.utilisation() * sim.now,
-    env: envPools.map((p) => p.utilisation() * sim.now),
-    controllers: controllers.map((c) => c.utilisation() * sim.now),
-    launcher: launcher.utilisation() * sim.now,
+      rollout: rollout.utilisation() * sim.now,
+      env: envPools.map((p) => p.utilisation() * sim.now),
+      controllers: controllers.map((c) => c.utilisation() * sim.now),
+      launcher: launcher.utilisation() * sim.now,
     };
   }
   sim.run(Number.POSITIVE_INFINITY, maxEvents);
@@ -459,9 +459,7 @@ export function simulatePipeline(plan: PipelinePlan): PipelineResult {
     })),
     {
       role: plan.controllers > 1 ? "controllers (busiest)" : "controller",
-      utilisation: Math.max(
-        ...endAreas.controllers.map((a, i) => share(a, startAreas.controllers[i] as number, 1)),
-      ),
+      utilisation: Math.max(...endAreas.controllers.map((a, i) => share(a, startAreas.controllers[i] as number, 1))),
     },
     {
       role: "policy servers",

@@ -25,6 +25,8 @@ export interface Scenario {
   readonly maxStaleness: number;
   readonly checkpointEvery: number;
   readonly rolloutSlots: number;
+  /** Rollout worker processes (billed); @default rolloutSlots / calibration.cpu.rolloutSlotsPerWorker */
+  readonly rolloutWorkers?: number;
   readonly controllers: number;
   readonly tasks: readonly ScenarioTask[];
   readonly policyServers: number;
@@ -52,7 +54,8 @@ function taskCost(calibration: Calibration, task: ScenarioTask): TaskCost {
 
 function profile<T>(table: Record<string, T>, key: string, what: string): T {
   const found = table[key];
-  if (found === undefined) throw new RangeError(`calibration has no ${what} profile "${key}"; it has: ${Object.keys(table).join(", ")}`);
+  if (found === undefined)
+    throw new RangeError(`calibration has no ${what} profile "${key}"; it has: ${Object.keys(table).join(", ")}`);
   return found;
 }
 
@@ -122,7 +125,7 @@ export function billOf(scenario: Scenario, calibration: Calibration, result: Pip
   const cpuPrice = price(calibration, cpu.instance);
   const perVcpu = (p: number) => p / cpuPrice.vcpus;
   const envWorkers = scenario.tasks.reduce((sum, t) => sum + t.envWorkers, 0);
-  const rolloutWorkers = Math.ceil(scenario.rolloutSlots / cpu.rolloutSlotsPerWorker);
+  const rolloutWorkers = scenario.rolloutWorkers ?? Math.ceil(scenario.rolloutSlots / cpu.rolloutSlotsPerWorker);
   const cpuLine = (item: string, count: number, vcpus: number): CostLine => ({
     item,
     count,
@@ -135,7 +138,13 @@ export function billOf(scenario: Scenario, calibration: Calibration, result: Pip
   const gpuLine = (item: string, devices: number, instance: string, perInstance: number): CostLine => {
     const p = price(calibration, instance);
     const instances = Math.ceil(devices / perInstance);
-    return { item, count: devices, instance: `${instances} x ${instance}`, onDemandPerHour: instances * p.onDemandPerHour, spotPerHour: instances * p.spotPerHour };
+    return {
+      item,
+      count: devices,
+      instance: `${instances} x ${instance}`,
+      onDemandPerHour: instances * p.onDemandPerHour,
+      spotPerHour: instances * p.spotPerHour,
+    };
   };
   const req = calibration.aws.requests;
   const hour = 3600;
@@ -149,13 +158,25 @@ export function billOf(scenario: Scenario, calibration: Calibration, result: Pip
     cpuLine("controllers + feeder", scenario.controllers + 1, cpu.controllerVcpus),
     gpuLine("policy servers", scenario.policyServers, decode.instance, decode.serversPerInstance),
     gpuLine("trainer", scenario.trainerDevices, trainer.instance, trainer.devicesPerInstance),
-    { item: "SQS + S3 requests", count: 1, instance: "requests", onDemandPerHour: requestsPerHour, spotPerHour: requestsPerHour },
+    {
+      item: "SQS + S3 requests",
+      count: 1,
+      instance: "requests",
+      onDemandPerHour: requestsPerHour,
+      spotPerHour: requestsPerHour,
+    },
   ];
   const onDemandPerHour = lines.reduce((sum, l) => sum + l.onDemandPerHour, 0);
   const spotPerHour = lines.reduce((sum, l) => sum + l.spotPerHour, 0);
   const perMillion = (perHour: number) =>
     result.trajectoriesPerS > 0 ? (perHour / (result.trajectoriesPerS * hour)) * 1e6 : Number.POSITIVE_INFINITY;
-  return { lines, onDemandPerHour, spotPerHour, onDemandPer1M: perMillion(onDemandPerHour), spotPer1M: perMillion(spotPerHour) };
+  return {
+    lines,
+    onDemandPerHour,
+    spotPerHour,
+    onDemandPer1M: perMillion(onDemandPerHour),
+    spotPer1M: perMillion(spotPerHour),
+  };
 }
 
 export interface LimitUse {

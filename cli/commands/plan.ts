@@ -1,0 +1,206 @@
+import { existsSync, readFileSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+import type { Command } from "commander";
+import { z } from "zod";
+import { inFlightGroupCap } from "../../functions/feeder/feeder.ts";
+import type { ExperimentConfig } from "../../shared/config/index.ts";
+import { ValidationError } from "../../shared/errors.ts";
+import { parseCalibration } from "../../shared/plan/calibration.ts";
+import { type PlanReport, runScenario, type Scenario } from "../../shared/plan/scenario.ts";
+import { groupsNeeded } from "../../trainer-image/trainer/buffer.ts";
+import { configFromOptions, withConfigOptions } from "../options.ts";
+import { formatPlan } from "../plan/format.ts";
+
+/** The committed calibration file (`npm run calibrate` rewrites its measured figures). */
+export const DEFAULT_CALIBRATION = fileURLToPath(new URL("../../calibration/calibration.json", import.meta.url));
+
+const count = (flag: string, max: number) =>
+  z
+    .string()
+    .regex(/^\d+$/, `${flag} must be a whole number, got a value that is not one`)
+    .transform(Number)
+    .pipe(
+      z
+        .number()
+        .int()
+        .min(1, `${flag} must be at least 1`)
+        .max(max, `${flag} must be at most ${max.toLocaleString("en-US")}`),
+    );
+
+/** The flags, as commander hands them over (strings); each failure names its flag and the range. */
+export const PlanFlags = z
+  .object({
+    envWorkers: count("--env-workers", 1_000_000).optional(),
+    policyServers: count("--policy-servers", 100_000).default(1),
+    trainerGpus: count("--trainer-gpus", 4096).default(1),
+    controllers: count("--controllers", 10_000).default(1),
+    rolloutWorkers: count("--rollout-workers", 100_000).optional(),
+    steps: count("--steps", 10_000).default(30),
+    seed: z.string().regex(/^\d+$/, "--seed must be a whole number").transform(Number).default(7),
+    decode: z.string().min(1).default("vllm-8b-h100"),
+    trainer: z.string().min(1).default("gpu-8b-h100"),
+    calibration: z.string().min(1).default(DEFAULT_CALIBRATION),
+    json: z.boolean().default(false),
+  })
+  .strict();
+export type PlanFlags = z.infer<typeof PlanFlags>;
+
+const FLAG_NAMES: Record<string, string> = {
+  envWorkers: "--env-workers",
+  policyServers: "--policy-servers",
+  trainerGpus: "--trainer-gpus",
+  controllers: "--controllers",
+  rolloutWorkers: "--rollout-workers",
+  steps: "--steps",
+  seed: "--seed",
+  decode: "--decode",
+  trainer: "--trainer",
+  calibration: "--calibration",
+};
+
+export function parsePlanFlags(raw: Record<string, unknown>): PlanFlags {
+  const { config: _config, set: _set, ...flags } = raw;
+  const parsed = PlanFlags.safeParse(flags);
+  if (parsed.success) return parsed.data;
+  throw new ValidationError(
+    "options",
+    parsed.error.issues.map((issue) => {
+      const key = String(issue.path[0] ?? "");
+      const given = typeof flags[key] === "string" ? ` (got "${flags[key]}")` : "";
+      return { path: FLAG_NAMES[key] ?? key, message: `${issue.message}${given}` };
+    }),
+  );
+}
+
+/** Env workers split over the task mix by weight, each task at least one. */
+export function splitWorkers(total: number, weights: readonly number[]): number[] {
+  const sum = weights.reduce((a, b) => a + b, 0);
+  return weights.map((w) => Math.max(1, Math.round((total * w) / sum)));
+}
+
+/** The scenario of a config and the flags: the same windows and bounds the roles compute. */
+export function scenarioOf(config: ExperimentConfig, flags: PlanFlags): Scenario {
+  const mix = config.tasks.mix;
+  const envTotal = flags.envWorkers ?? mix.reduce((sum, t) => sum + t.maxWorkers, 0);
+  const workers = splitWorkers(
+    envTotal,
+    mix.map((t) => t.weight),
+  );
+  const rolloutWorkers = flags.rolloutWorkers ?? config.rollout.workers;
+  const warmup = config.trainer.mode === "sync" ? 1 : config.trainer.warmupFactor;
+  return {
+    mode: config.trainer.mode,
+    groupSize: config.rollout.groupSize,
+    batchGroups: config.trainer.batchSize,
+    windowGroups: inFlightGroupCap(config),
+    firstStepGroups: groupsNeeded(config.trainer.batchSize, warmup, true),
+    maxStaleness: config.trainer.maxStaleness,
+    checkpointEvery: config.trainer.checkpointEvery,
+    rolloutSlots: rolloutWorkers * config.rollout.concurrency,
+    rolloutWorkers,
+    controllers: flags.controllers,
+    tasks: mix.map((t, i) => ({
+      name: t.name,
+      weight: t.weight,
+      envWorkers: workers[i] as number,
+      sessionsPerWorker: t.exclusive ? 1 : t.concurrency,
+      exclusive: t.exclusive,
+    })),
+    policyServers: flags.policyServers,
+    trainerDevices: flags.trainerGpus,
+    decode: flags.decode,
+    trainer: flags.trainer,
+    seed: flags.seed,
+    steps: flags.steps,
+    warmupSteps: Math.min(5, Math.floor(flags.steps / 3)),
+  };
+}
+
+/** The one JSON line of `--json`. */
+export function planJson(scenario: Scenario, report: PlanReport, wallSeconds: number) {
+  const r = report.result;
+  return {
+    trajectoriesPerS: r.trajectoriesPerS,
+    tokensPerS: r.generatedTokensPerS,
+    trainedTokensPerS: r.trainedTokensPerS,
+    bottleneck: report.bottleneck,
+    costPer1MTrajectories: { onDemand: report.bill.onDemandPer1M, spot: report.bill.spotPer1M },
+    costPerHour: { onDemand: report.bill.onDemandPerHour, spot: report.bill.spotPerHour },
+    utilisation: Object.fromEntries(r.utilisation.map((u) => [u.role, u.utilisation])),
+    staleness: { histogram: r.staleness, beyondBound: r.staleBeyondBound, bound: scenario.maxStaleness },
+    limits: report.limits.map((l) => ({ limit: l.limit, rate: l.rate, value: l.value, share: l.share })),
+    costLines: report.bill.lines,
+    scenario: { ...scenario, delayMs: undefined },
+    meanOutstanding: r.meanOutstanding,
+    windowEpisodes: r.windowEpisodes,
+    simulatedSeconds: r.simulatedSeconds,
+    events: r.events,
+    truncated: r.truncated,
+    wallSeconds,
+  };
+}
+
+export function register(program: Command): void {
+  withConfigOptions(
+    program
+      .command("plan")
+      .description(
+        "simulate the pipeline at a scale this machine cannot run (discrete events, calibrated by the benches): throughput, utilisation per role, the bottleneck, staleness, $ per hour and per 1M trajectories",
+      )
+      .option("--env-workers <n>", "env workers in all, split over tasks.mix by weight (default: the mix's maxWorkers)")
+      .option("--policy-servers <n>", "policy servers (one GPU each with a GPU decode profile)")
+      .option("--trainer-gpus <n>", "trainer devices (data parallel)")
+      .option("--controllers <n>", "controllers, sessions routed by id")
+      .option(
+        "--rollout-workers <n>",
+        "rollout worker processes (default: rollout.workers), each rollout.concurrency episodes",
+      )
+      .option("--decode <profile>", "calibration decode profile (vllm-8b-h100, tiny-cpu)")
+      .option("--trainer <profile>", "calibration trainer profile (gpu-8b-h100, tiny-cpu)")
+      .option("--steps <n>", "trainer steps to simulate (figures from the steps after the first few)")
+      .option("--seed <n>", "seed of the simulated draws")
+      .option("--calibration <file>", "calibration file (default: calibration/calibration.json)")
+      .option("--json", "print the result as one JSON line"),
+  ).action(async (raw: Record<string, unknown>) => {
+    const flags = parsePlanFlags(raw);
+    if (!existsSync(flags.calibration))
+      throw new ValidationError("options", [
+        {
+          path: "--calibration",
+          message: `${flags.calibration} does not exist; give a calibration file (npm run calibrate writes one)`,
+        },
+      ]);
+    let calibrationJson: unknown;
+    try {
+      calibrationJson = JSON.parse(readFileSync(flags.calibration, "utf8"));
+    } catch (error) {
+      throw new ValidationError("options", [
+        { path: "--calibration", message: `${flags.calibration} is not JSON (${(error as Error).message})` },
+      ]);
+    }
+    let calibration: ReturnType<typeof parseCalibration>;
+    try {
+      calibration = parseCalibration(calibrationJson, flags.calibration);
+    } catch (error) {
+      throw new ValidationError("options", [{ path: "--calibration", message: (error as Error).message }]);
+    }
+    for (const [flag, table, key] of [
+      ["--decode", calibration.decode, flags.decode],
+      ["--trainer", calibration.trainer, flags.trainer],
+    ] as const)
+      if (!(key in table))
+        throw new ValidationError("options", [
+          {
+            path: flag,
+            message: `no profile "${key}" in ${flags.calibration}; allowed: ${Object.keys(table).join(", ")}`,
+          },
+        ]);
+    const config = await configFromOptions(raw as { config?: string; set?: string[] });
+    const scenario = scenarioOf(config, flags);
+    const started = performance.now();
+    const report = runScenario(scenario, calibration);
+    const wallSeconds = (performance.now() - started) / 1000;
+    if (flags.json) process.stdout.write(`${JSON.stringify(planJson(scenario, report, wallSeconds))}\n`);
+    else process.stdout.write(`${formatPlan(scenario, report, calibration, wallSeconds).join("\n")}\n`);
+  });
+}
