@@ -35,7 +35,7 @@ export const PlanFlags = z
     trainerGpus: count("--trainer-gpus", 4096).default(1),
     controllers: count("--controllers", 10_000).default(1),
     rolloutWorkers: count("--rollout-workers", 100_000).optional(),
-    steps: count("--steps", 10_000).default(30),
+    steps: count("--steps", 10_000).optional(),
     seed: z.string().regex(/^\d+$/, "--seed must be a whole number").transform(Number).default(7),
     decode: z.string().min(1).default("vllm-8b-h100"),
     trainer: z.string().min(1).default("gpu-8b-h100"),
@@ -78,6 +78,14 @@ export function splitWorkers(total: number, weights: readonly number[]): number[
   return weights.map((w) => Math.max(1, Math.round((total * w) / sum)));
 }
 
+/**
+ * Steps simulated when --steps is not given: 20, fewer for big batches so that about 400,000
+ * episodes are simulated (a 10,000-worker plan stays well under a minute), never under 4.
+ */
+export function autoSteps(trajectoriesPerStep: number): number {
+  return Math.max(4, Math.min(20, Math.ceil(200_000 / trajectoriesPerStep)));
+}
+
 /** The scenario of a config and the flags: the same windows and bounds the roles compute. */
 export function scenarioOf(config: ExperimentConfig, flags: PlanFlags): Scenario {
   const mix = config.tasks.mix;
@@ -88,6 +96,7 @@ export function scenarioOf(config: ExperimentConfig, flags: PlanFlags): Scenario
   );
   const rolloutWorkers = flags.rolloutWorkers ?? config.rollout.workers;
   const warmup = config.trainer.mode === "sync" ? 1 : config.trainer.warmupFactor;
+  const steps = flags.steps ?? autoSteps(config.trainer.batchSize * config.rollout.groupSize);
   return {
     mode: config.trainer.mode,
     groupSize: config.rollout.groupSize,
@@ -111,8 +120,8 @@ export function scenarioOf(config: ExperimentConfig, flags: PlanFlags): Scenario
     decode: flags.decode,
     trainer: flags.trainer,
     seed: flags.seed,
-    steps: flags.steps,
-    warmupSteps: Math.min(5, Math.floor(flags.steps / 3)),
+    steps,
+    warmupSteps: Math.min(4, Math.floor(steps / 4)),
   };
 }
 
@@ -157,7 +166,10 @@ export function register(program: Command): void {
       )
       .option("--decode <profile>", "calibration decode profile (vllm-8b-h100, tiny-cpu)")
       .option("--trainer <profile>", "calibration trainer profile (gpu-8b-h100, tiny-cpu)")
-      .option("--steps <n>", "trainer steps to simulate (figures from the steps after the first few)")
+      .option(
+        "--steps <n>",
+        "trainer steps to simulate, figures from the steps after the first quarter (default: 20, fewer for big batches, at least 4)",
+      )
       .option("--seed <n>", "seed of the simulated draws")
       .option("--calibration <file>", "calibration file (default: calibration/calibration.json)")
       .option("--json", "print the result as one JSON line"),

@@ -20,14 +20,17 @@ class EventHeap {
 
   push(item: Scheduled): void {
     const a = this.items;
+    // sift up, moving parents down instead of swapping (no temporary arrays on the hot path)
+    let i = a.length;
     a.push(item);
-    let i = a.length - 1;
     while (i > 0) {
       const parent = (i - 1) >> 1;
-      if (!before(a[i] as Scheduled, a[parent] as Scheduled)) break;
-      [a[i], a[parent]] = [a[parent] as Scheduled, a[i] as Scheduled];
+      const p = a[parent] as Scheduled;
+      if (!before(item, p)) break;
+      a[i] = p;
       i = parent;
     }
+    a[i] = item;
   }
 
   pop(): Scheduled | undefined {
@@ -35,24 +38,51 @@ class EventHeap {
     const top = a[0];
     const last = a.pop();
     if (a.length === 0 || last === undefined) return top;
-    a[0] = last;
+    // sift the last item down from the root
+    const n = a.length;
     let i = 0;
     for (;;) {
       const l = 2 * i + 1;
+      if (l >= n) break;
       const r = l + 1;
-      let m = i;
-      if (l < a.length && before(a[l] as Scheduled, a[m] as Scheduled)) m = l;
-      if (r < a.length && before(a[r] as Scheduled, a[m] as Scheduled)) m = r;
-      if (m === i) break;
-      [a[i], a[m]] = [a[m] as Scheduled, a[i] as Scheduled];
-      i = m;
+      const child = r < n && before(a[r] as Scheduled, a[l] as Scheduled) ? r : l;
+      const c = a[child] as Scheduled;
+      if (!before(c, last)) break;
+      a[i] = c;
+      i = child;
     }
+    a[i] = last;
     return top;
   }
 }
 
 function before(x: Scheduled, y: Scheduled): boolean {
   return x.time < y.time || (x.time === y.time && x.seq < y.seq);
+}
+
+/** A FIFO queue with O(1) push and shift (Array.shift is O(n) on long arrays). */
+export class Fifo<T> {
+  private items: T[] = [];
+  private head = 0;
+
+  get length(): number {
+    return this.items.length - this.head;
+  }
+
+  push(item: T): void {
+    this.items.push(item);
+  }
+
+  shift(): T | undefined {
+    if (this.head >= this.items.length) return undefined;
+    const item = this.items[this.head++];
+    // compact now and then so the consumed front does not grow without bound
+    if (this.head > 1024 && this.head * 2 > this.items.length) {
+      this.items = this.items.slice(this.head);
+      this.head = 0;
+    }
+    return item;
+  }
 }
 
 /**
@@ -104,7 +134,7 @@ export class Simulation {
  * when it leaves. Busy time is integrated exactly, so utilisation = busy / (c * elapsed).
  */
 export class Station {
-  private readonly waiting: Array<{ service: number; done: () => void; arrived: number }> = [];
+  private readonly waiting = new Fifo<{ service: number; done: () => void; arrived: number }>();
   private busy = 0;
   private busyArea = 0;
   private lastChange = 0;
@@ -173,7 +203,7 @@ export class Station {
  */
 export class SlotPool {
   private held = 0;
-  private readonly waiting: Array<() => void> = [];
+  private readonly waiting = new Fifo<() => void>();
   private heldArea = 0;
   private lastChange = 0;
 

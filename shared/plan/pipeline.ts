@@ -1,6 +1,6 @@
 import { seededRandom } from "../rl/random.ts";
 import type { DecodeProfile, TaskCost, TrainerProfile } from "./calibration.ts";
-import { Draws, Simulation, SlotPool, Station } from "./engine.ts";
+import { Draws, Fifo, Simulation, SlotPool, Station } from "./engine.ts";
 
 /**
  * The pipeline as a discrete-event model, role by role as the code runs it:
@@ -12,7 +12,7 @@ import { Draws, Simulation, SlotPool, Station } from "./engine.ts";
  *   launch a worker, at most the ECS/Fargate launch rate), start_sample through a controller,
  *   then turns of policy call + env step, each env call relayed by the controller (sessions
  *   routed to controllers by id); the trajectory is put to the store and announced on the queue.
- * - policy servers: continuous batching; a call's decode runs at the server's aggregate rate at
+ * - policy servers: calls spread round robin; continuous batching: a call's decode runs at the server's aggregate rate at
  *   its concurrency divided by that concurrency (snapshot when the call starts); each server takes
  *   a new version at its next poll.
  * - trainer (trainer-image/trainer/trainer.ts): when idle and at least B complete groups are
@@ -192,7 +192,12 @@ export function simulatePipeline(plan: PipelinePlan): PipelineResult {
     decodeBusyArea += decodeRateNow * (sim.now - lastDecodeChange);
     lastDecodeChange = sim.now;
   };
-  const totalDecodeRate = () => active.reduce((sum, c) => sum + decodeRate(plan.decode, c), 0);
+  // the servers' summed rate, kept up to date as one server's concurrency changes
+  const setActive = (server: number, delta: number) => {
+    const before = active[server] as number;
+    active[server] = before + delta;
+    decodeRateNow += decodeRate(plan.decode, before + delta) - decodeRate(plan.decode, before);
+  };
 
   // trainer
   let version = 0;
@@ -244,19 +249,19 @@ export function simulatePipeline(plan: PipelinePlan): PipelineResult {
     (controllers[episode % controllers.length] as Station).submit(controllerService, then);
   };
 
+  let nextServer = 0;
   const policyCall = (tokens: number, then: (servedVersion: number) => void) => {
-    let server = 0;
-    for (let i = 1; i < active.length; i++) if ((active[i] as number) < (active[server] as number)) server = i;
+    // calls spread round robin, as a load balancer in front of the pool would
+    const server = nextServer;
+    nextServer = (nextServer + 1) % active.length;
     accountDecode();
-    active[server] = (active[server] as number) + 1;
-    decodeRateNow = totalDecodeRate();
+    setActive(server, 1);
     const c = active[server] as number;
     const seconds = ms(plan.decode.overheadMsPerCall) + tokens / (decodeRate(plan.decode, c) / c);
     const v = served[server] as number;
     sim.after(seconds, () => {
       accountDecode();
-      active[server] = (active[server] as number) - 1;
-      decodeRateNow = totalDecodeRate();
+      setActive(server, -1);
       tokensGenerated += tokens;
       then(v);
     });
@@ -322,7 +327,7 @@ export function simulatePipeline(plan: PipelinePlan): PipelineResult {
   };
 
   // requests waiting for a rollout slot, in order
-  const pending: Group[] = [];
+  const pending = new Fifo<Group>();
   const pump = () => {
     while (pending.length > 0 && rollout.inUse < rollout.capacity) {
       const group = pending.shift() as Group;
