@@ -14,29 +14,29 @@ import { formatPlan } from "../plan/format.ts";
 /** The committed calibration file (`npm run calibrate` rewrites its measured figures). */
 export const DEFAULT_CALIBRATION = fileURLToPath(new URL("../../calibration/calibration.json", import.meta.url));
 
-const count = (flag: string, max: number) =>
+const count = (max: number) =>
   z
     .string()
-    .regex(/^\d+$/, `${flag} must be a whole number, got a value that is not one`)
+    .regex(/^\d+$/, "must be a whole number")
     .transform(Number)
     .pipe(
       z
         .number()
         .int()
-        .min(1, `${flag} must be at least 1`)
-        .max(max, `${flag} must be at most ${max.toLocaleString("en-US")}`),
+        .min(1, "must be at least 1")
+        .max(max, `must be at most ${max.toLocaleString("en-US")}`),
     );
 
 /** The flags, as commander hands them over (strings); each failure names its flag and the range. */
 export const PlanFlags = z
   .object({
-    envWorkers: count("--env-workers", 1_000_000).optional(),
-    policyServers: count("--policy-servers", 100_000).default(1),
-    trainerGpus: count("--trainer-gpus", 4096).default(1),
-    controllers: count("--controllers", 10_000).default(1),
-    rolloutWorkers: count("--rollout-workers", 100_000).optional(),
-    steps: count("--steps", 10_000).optional(),
-    seed: z.string().regex(/^\d+$/, "--seed must be a whole number").transform(Number).default(7),
+    envWorkers: count(1_000_000).optional(),
+    policyServers: count(100_000).default(1),
+    trainerGpus: count(4096).default(1),
+    controllers: count(10_000).default(1),
+    rolloutWorkers: count(100_000).optional(),
+    steps: count(10_000).optional(),
+    seed: z.string().regex(/^\d+$/, "must be a whole number").transform(Number).default(7),
     decode: z.string().min(1).default("vllm-8b-h100"),
     trainer: z.string().min(1).default("gpu-8b-h100"),
     calibration: z.string().min(1).default(DEFAULT_CALIBRATION),
