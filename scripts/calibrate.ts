@@ -4,13 +4,14 @@
  * simulator against bench:pipeline's measured rates (test/fixtures/bench-pipeline-measured.json)
  * and exits 1 when a prediction is more than 15% off or above the Little's-law bound.
  *
- * Benches (about 2 minutes in all on the 2-core machine when idle): bench:controller with 3 s
- * phases (controller saturation, CPU per request), bench:transport --local-only with 2 s phases
- * (queue and store latencies). Published GPU figures, the AWS limits and prices, and the fitted
+ * Benches: bench:controller with 3 s phases (controller saturation, CPU per request),
+ * bench:transport --local-only with 2 s phases (queue and store latencies; 11 s at load 6.7),
+ * bench:policy with BENCH_SECONDS=0.5 (the default model's decode by concurrency through the
+ * policy server's scheduler, and its training tokens/s: the `default-cpu` profiles). Published GPU figures, the AWS limits and prices, and the fitted
  * per-workload figures are kept as they are: they are not measured here.
  *
  * Flags: --out FILE (default: the committed calibration/calibration.json), --benches
- * controller,transport (which to run), --check-only (run no bench; only the check).
+ * controller,transport,policy (which to run), --check-only (run no bench; only the check).
  */
 import { spawnSync } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
@@ -19,7 +20,7 @@ import { parseArgs } from "node:util";
 import { z } from "zod";
 import { asyncRateBound } from "../bench/pipelineBound.ts";
 import { benchScenario } from "../bench/pipelinePlan.ts";
-import { ControllerSummary, parseSummary, TransportSummary } from "../bench/summary.ts";
+import { ControllerSummary, PolicySummary, parseSummary, TransportSummary } from "../bench/summary.ts";
 import { DEFAULT_CALIBRATION } from "../cli/commands/plan.ts";
 import { type Calibration, parseCalibration, type Source } from "../shared/plan/calibration.ts";
 import { runScenario } from "../shared/plan/scenario.ts";
@@ -27,11 +28,11 @@ import { runScenario } from "../shared/plan/scenario.ts";
 const { values } = parseArgs({
   options: {
     out: { type: "string", default: DEFAULT_CALIBRATION },
-    benches: { type: "string", default: "controller,transport" },
+    benches: { type: "string", default: "controller,transport,policy" },
     "check-only": { type: "boolean", default: false },
   },
 });
-const BENCHES = ["controller", "transport"] as const;
+const BENCHES = ["controller", "transport", "policy"] as const;
 const wanted = values.benches.split(",").map((b) => b.trim());
 for (const b of wanted)
   if (!(BENCHES as readonly string[]).includes(b)) {
@@ -47,12 +48,23 @@ const today = new Date().toISOString().slice(0, 10);
 const load = () => loadavg()[0]?.toFixed(1) ?? "?";
 
 /** Runs `npx tsx bench/<name>.ts ...args`, returning its stdout and the load before and after. */
-function bench(name: string, args: readonly string[]): { stdout: string; command: string; note: string } {
-  const command = `npx tsx bench/${name}.ts ${args.join(" ")}`.trim();
+function bench(
+  name: string,
+  args: readonly string[],
+  env: Record<string, string> = {},
+): { stdout: string; command: string; note: string } {
+  const prefix = Object.entries(env)
+    .map(([k, v]) => `${k}=${v} `)
+    .join("");
+  const command = `${prefix}npx tsx bench/${name}.ts ${args.join(" ")}`.trim();
   const before = load();
   const started = performance.now();
   console.error(`calibrate: ${command} (load ${before}) ...`);
-  const run = spawnSync("npx", ["tsx", `bench/${name}.ts`, ...args], { encoding: "utf8", maxBuffer: 64 * 1024 * 1024 });
+  const run = spawnSync("npx", ["tsx", `bench/${name}.ts`, ...args], {
+    encoding: "utf8",
+    maxBuffer: 64 * 1024 * 1024,
+    env: { ...process.env, ...env },
+  });
   if (run.status !== 0) {
     console.error(`calibrate: ${command} exited with ${run.status}:\n${run.stderr.slice(-2000)}`);
     process.exit(1);
@@ -87,6 +99,28 @@ if (!values["check-only"]) {
       getMs: s.localGetP50Ms ?? calibration.store.getMs,
       source: measured(run.command, run.note),
     };
+  }
+  if (wanted.includes("policy")) {
+    // the project's default model through the policy server's scheduler, and its training rate
+    const run = bench("policy", ["--widths", "1,64"], { BENCH_SECONDS: "0.5" });
+    const s = parseSummary(PolicySummary, run.stdout);
+    const decode = calibration.decode["default-cpu"];
+    const trainer = calibration.trainer["default-cpu"];
+    if (decode && s.workerTokPerS1 && s.workerTokPerS64)
+      calibration.decode["default-cpu"] = {
+        ...decode,
+        tokPerSByConcurrency: [
+          [1, s.workerTokPerS1],
+          [64, s.workerTokPerS64],
+        ],
+        source: measured(run.command, `${run.note}; per process CPU second`),
+      };
+    if (trainer && s.trainTokPerS)
+      calibration.trainer["default-cpu"] = {
+        ...trainer,
+        tokPerSPerDevice: s.trainTokPerS,
+        source: measured(run.command, `${run.note}; per process CPU second`),
+      };
   }
   writeFileSync(values.out, `${JSON.stringify(calibration, null, 2)}\n`);
   console.error(`calibrate: wrote ${values.out}`);

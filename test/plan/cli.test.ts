@@ -58,7 +58,7 @@ describe("agentrl plan", () => {
     [["--env-workers", "ten"], /--env-workers: must be a whole number \(got "ten"\)/],
     [["--trainer-gpus", "0"], /--trainer-gpus: must be at least 1 \(got "0"\)/],
     [["--policy-servers", "100001"], /--policy-servers: must be at most 100,000 \(got "100001"\)/],
-    [["--decode", "a100"], /--decode: no profile "a100" in .*; allowed: tiny-cpu, vllm-8b-h100/],
+    [["--decode", "a100"], /--decode: no profile "a100" in .*; allowed: tiny-cpu, default-cpu, vllm-8b-h100/],
     [
       ["--calibration", "/tmp/agentrl-no-such-calibration.json"],
       /--calibration: \/tmp\/agentrl-no-such-calibration.json does not exist/,
