@@ -73,7 +73,10 @@ export interface PipelinePlan {
 
 export interface RoleUse {
   readonly role: string;
-  /** Busy share of its capacity over the measured window, 0..1. */
+  /**
+   * Busy share of its capacity over the measured window, 0..1: slots held (rollout, env sessions),
+   * busy time (controllers, trainer, launcher), tokens decoded over the servers' peak rate (policy).
+   */
   readonly utilisation: number;
 }
 
@@ -493,7 +496,7 @@ export function simulatePipeline(plan: PipelinePlan): PipelineResult {
     rates: {
       trajectoryPutsPerS: perS(endStats.puts, measureFromStats.puts),
       trajectoryGetsPerS: rate,
-      // send + receive + delete per request and per trajectory event, batched by 10 where the code batches
+      // send + receive + delete of one request and one TrajectoryReady per trajectory, unbatched: an upper count
       sqsCallsPerS: rate * 2 * 3,
       launchesPerS: perS(endStats.launches, measureFromStats.launches),
       controllerReqPerS: perS(endStats.controllerReq, measureFromStats.controllerReq),
