@@ -24,6 +24,7 @@ const COMMANDS: ReadonlyArray<() => Promise<{ register(program: Command): void }
   () => import("./commands/rollout.ts"),
   () => import("./commands/trainer.ts"),
   () => import("./commands/gateway.ts"),
+  () => import("./commands/plan.ts"),
 ];
 
 /**
