@@ -30,13 +30,26 @@ export interface GpuPlacement {
   readonly memoryMiB?: number;
 }
 
+/**
+ * A CPU EC2 capacity provider of the cluster (the OS tasks' sandbox hosts): awsvpc tasks whose
+ * container may mount host paths. Pool-launched only.
+ */
+export interface Ec2Placement {
+  readonly kind: "ec2";
+  readonly capacityProvider: ecs.AsgCapacityProvider;
+  /** CPU units reserved (1024 = 1 vCPU). @default - 1024 */
+  readonly cpu?: number;
+  /** Memory reserved. @default - 2048 */
+  readonly memoryMiB?: number;
+}
+
 /** Props of {@link RoleService}. */
 export interface RoleServiceProps {
   readonly cluster: AgentCluster;
   readonly image: ecs.ContainerImage;
   /** The typed container environment (shared/config/containerEnv.ts); AGENTRL_ROLE picks the role. */
   readonly environment: ContainerEnvInput;
-  readonly placement: FargatePlacement | GpuPlacement;
+  readonly placement: FargatePlacement | GpuPlacement | Ec2Placement;
   /**
    * Port the role listens on; opened to peers with {@link RoleService.allowFrom}.
    * @default - no port (a pure queue consumer)
@@ -63,7 +76,7 @@ export interface RoleServiceProps {
   readonly singleton?: boolean;
   /**
    * Who runs the tasks: an ECS service, or an env pool manager (functions/envpool/) that calls
-   * RunTask on this task definition itself (no service is created; Fargate only).
+   * RunTask on this task definition itself (no service is created; Fargate or EC2 placement).
    * @default - "service"
    */
   readonly launchedBy?: "service" | "pool";
@@ -174,9 +187,26 @@ export class RoleService extends Construct {
               ...deployment,
               ...(cloudMapOptions ? { cloudMapOptions } : {}),
             });
+    } else if (props.placement.kind === "ec2") {
+      if (props.launchedBy !== "pool")
+        throw new InvalidPropError(`RoleService(${id}): EC2 placement is for pool-launched env workers only`);
+      const cpu = props.placement.cpu ?? 1024;
+      const memoryMiB = props.placement.memoryMiB ?? 2048;
+      requireRange(`RoleService(${id})`, "cpu", cpu, 128, 196_608);
+      requireRange(`RoleService(${id})`, "memoryMiB", memoryMiB, 512, 786_432);
+      const taskDefinition = new ecs.Ec2TaskDefinition(this, "Task", { networkMode: ecs.NetworkMode.AWS_VPC });
+      this.container = taskDefinition.addContainer("Role", {
+        ...containerOptions,
+        cpu,
+        memoryReservationMiB: memoryMiB,
+      });
+      this.taskDefinition = taskDefinition;
+      this.service = undefined;
     } else {
       if (props.launchedBy === "pool")
-        throw new InvalidPropError(`RoleService(${id}): pool-launched tasks run on Fargate, not on the GPU capacity`);
+        throw new InvalidPropError(
+          `RoleService(${id}): pool-launched tasks run on Fargate or EC2 sandbox hosts, not on the GPU capacity`,
+        );
       const gpuCount = props.placement.gpuCount ?? 1;
       requireRange(`RoleService(${id})`, "gpuCount", gpuCount, 1, 8);
       const taskDefinition = new ecs.Ec2TaskDefinition(this, "Task", { networkMode: ecs.NetworkMode.AWS_VPC });

@@ -13,8 +13,10 @@ import { AgentCluster } from "../constructs/cluster.ts";
 import { RoleImages } from "../constructs/images.ts";
 import type { QueueWithDlq } from "../constructs/messaging.ts";
 import { addMysqlSidecar, needsMysql } from "../constructs/mysqlSidecar.ts";
+import { addHostContainerRuntime, needsContainerRuntime, sandboxWorkerReservation } from "../constructs/osSandbox.ts";
 import { type GrantTargets, grantRoleAccess } from "../constructs/roleGrants.ts";
 import { RoleService } from "../constructs/roleService.ts";
+import { SandboxHosts } from "../constructs/sandboxHosts.ts";
 import { requireRange } from "../constructs/validate.ts";
 
 /** The queues compute roles use (from the Messaging construct). */
@@ -46,6 +48,12 @@ export interface ComputeStackProps extends StackProps {
   readonly rolloutMaxWorkers?: number;
   /** @default - 1 */
   readonly natGateways?: number;
+  /**
+   * Default of the `SandboxInstanceType` stack parameter: the CPU hosts of the AgentBench OS tasks'
+   * env workers, made only when an os-* task is in the mix.
+   * @default - "m6i.2xlarge" (8 vCPU, 32 GiB: two workers of 12 episodes, or one of 28)
+   */
+  readonly sandboxInstanceType?: string;
 }
 
 /** Port of env workers and policy servers inside their tasks (each task has its own ENI). */
@@ -74,6 +82,8 @@ export class ComputeStack extends Stack {
   readonly rollout: RoleService;
   /** The gateway (functions/gateway/), when the config sets `gateway.port`. */
   readonly gateway: RoleService | undefined;
+  /** Hosts of the OS tasks' env workers (a container per episode), when an os-* task is in the mix. */
+  readonly sandboxHosts: SandboxHosts | undefined;
 
   constructor(scope: Construct, id: string, props: ComputeStackProps) {
     super(scope, id, props);
@@ -155,7 +165,11 @@ export class ComputeStack extends Stack {
     const envWorkers = new Map<string, RoleService>();
     let mysqlSecret: ecs.Secret | undefined;
     const envPools = new Map<string, RoleService>();
+    let sandboxHosts: SandboxHosts | undefined;
     for (const entry of config.tasks.mix) {
+      // The OS tasks start a container per episode, which Fargate cannot: they get EC2 hosts.
+      const sandboxed = needsContainerRuntime(entry.name);
+      if (sandboxed) sandboxHosts ??= this.sandboxHostsFor(props);
       const worker = new RoleService(this, `Env-${entry.name}`, {
         cluster: this.cluster,
         image: this.images.env(entry.name),
@@ -167,10 +181,22 @@ export class ComputeStack extends Stack {
           AGENTRL_PORT: String(ENV_WORKER_PORT),
         } satisfies ContainerEnvInputOf<"env">,
         secrets: { AGENTRL_ENV_SECRET: envSecret },
-        placement: { kind: "fargate", cpu: 1024, memoryMiB: 2048 },
+        placement:
+          sandboxHosts && sandboxed
+            ? {
+                kind: "ec2",
+                capacityProvider: sandboxHosts.capacityProvider,
+                ...sandboxWorkerReservation(entry.concurrency),
+              }
+            : { kind: "fargate", cpu: 1024, memoryMiB: 2048 },
         port: ENV_WORKER_PORT,
         launchedBy: "pool",
       });
+      if (sandboxed)
+        addHostContainerRuntime(worker, {
+          default: this.images.agentBenchOs("default"),
+          packages: this.images.agentBenchOs("packages"),
+        });
       if (needsMysql(entry.name)) {
         mysqlSecret ??= sharedSecret("MysqlSecret", "agentrl: dbbench env tasks' MySQL sidecar root password");
         addMysqlSidecar(worker, mysqlSecret);
@@ -194,7 +220,8 @@ export class ComputeStack extends Stack {
             this.cluster.vpc.privateSubnets.map((subnet) => subnet.subnetId),
           ),
           AGENTRL_ENV_SECURITY_GROUPS: worker.securityGroup.securityGroupId,
-          AGENTRL_ENV_CAPACITY_PROVIDER: "FARGATE",
+          AGENTRL_ENV_CAPACITY_PROVIDER:
+            sandboxHosts && sandboxed ? sandboxHosts.capacityProvider.capacityProviderName : "FARGATE",
         } satisfies ContainerEnvInputOf<"envpool">,
         secrets: { AGENTRL_CONTROLLER_SECRET: controllerSecret },
         placement: { kind: "fargate", cpu: 256, memoryMiB: 512 },
@@ -207,6 +234,7 @@ export class ComputeStack extends Stack {
     }
     this.envWorkers = envWorkers;
     this.envPools = envPools;
+    this.sandboxHosts = sandboxHosts;
 
     // The GPU roles' image follows policy.backend: CUDA + tfjs-node-gpu, or Vulkan + Dawn for webgpu.
     const modelImage = this.images.modelImage(config.policy.backend);
@@ -341,6 +369,20 @@ export class ComputeStack extends Stack {
       },
     ]);
     return gateway;
+  }
+
+  /** The OS tasks' sandbox hosts, with their instance type as a stack parameter. */
+  private sandboxHostsFor(props: ComputeStackProps): SandboxHosts {
+    const instanceType = new CfnParameter(this, "SandboxInstanceType", {
+      type: "String",
+      default: props.sandboxInstanceType ?? "m6i.2xlarge",
+      allowedPattern: "^[a-z][a-z0-9-]*\\.[a-z0-9]+$",
+      description: "EC2 instance type of the hosts that run the AgentBench OS tasks' episode containers",
+    });
+    return new SandboxHosts(this, "OsSandboxHosts", {
+      cluster: this.cluster,
+      instanceType: instanceType.valueAsString,
+    });
   }
 
   /**
