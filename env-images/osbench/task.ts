@@ -12,7 +12,7 @@ import {
   OS_TOOLS,
   osUserPrompt,
 } from "./prompts.ts";
-import { ContainerBackend, detectContainerCli, type Sandbox, type SandboxBackend } from "./sandbox.ts";
+import { ContainerBackend, detectContainerCli, type Sandbox, type SandboxBackend, workerIdentity } from "./sandbox.ts";
 import { bashObservation, type Committed, independentArgv, judge } from "./scorer.ts";
 
 /**
@@ -113,7 +113,7 @@ function hostBackend(): () => Promise<SandboxBackend> {
         throw new AgentRlError(
           "the OS tasks run each episode in a container: install podman (apt-get install podman runc) or start Docker",
         );
-      const backend = new ContainerBackend(cli);
+      const backend = new ContainerBackend(cli, undefined, {}, await workerIdentity());
       await backend.sweepOrphans();
       return backend;
     })();
