@@ -14,7 +14,8 @@ import { type RunStatus, type TrackerRecord, TrackerRejectedError, type TrackerS
  * wandb client's filestream holds itself to: core/internal/filestream/filestream.go), a logged
  * value under 1 MB (W&B docs, "Limits & performance"), histograms of 64 bins (wandb.Histogram's
  * default; at most 512). W&B takes history steps in increasing order only, so the rows of one
- * step are merged and the newest step's row is held until a later step or the end of the run.
+ * step are merged, the newest step's row is held until a later step or the end of the run, and
+ * values for a step already sent go to the run's summary.
  */
 export const WANDB_LIMITS = {
   /** One file_stream request, with room for the envelope. */
@@ -195,7 +196,7 @@ export class WandbSink implements TrackerSink {
   private pending: Row | undefined;
   private summary: Record<string, unknown> = {};
   private staged: Staged | undefined;
-  /** Rows of steps the server already held (a restarted trainer repeating its last steps). */
+  /** Records for steps the server already held, sent to the summary instead of the history. */
   skippedRows = 0;
 
   constructor(private readonly options: WandbSinkOptions) {
@@ -251,8 +252,12 @@ export class WandbSink implements TrackerSink {
       pending = undefined;
     };
     const addToRow = (step: number, wallTime: number, values: Record<string, unknown>) => {
-      // W&B takes steps in increasing order only
+      // W&B takes history steps in increasing order only: a row for a step it holds (the closing
+      // evaluation at the last trainer step, a restarted trainer's repeated steps) goes to the
+      // run's summary instead
       if (step <= lastStep || (pending && step < pending.step)) {
+        Object.assign(summary, values);
+        summaryChanged = true;
         skipped += 1;
         return;
       }

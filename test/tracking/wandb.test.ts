@@ -51,8 +51,17 @@ describe("W&B sink", () => {
       await nextTick(); // the histograms of a step may come in a later batch than its scalars
       tracker.histogram(step, "advantages", [-1, 0, step]);
     }
-    tracker.text(5, "evaluation", "| policy | db |\n|---|---|\n| v5 | 5.0 |");
     await tracker.finish("FINISHED");
+    // the closing evaluation, as the pipeline logs it: a tracker of its own, at the last trainer step
+    const closing = openTrackers(config.tracking, {
+      runFolder,
+      runName: config.experimentId,
+      env: { WANDB_API_KEY: KEY },
+      warn: (m) => warnings.push(m),
+    });
+    closing.text(5, "evaluation", "| policy | db |\n|---|---|\n| v5 | 5.0 |");
+    closing.scalars(5, { "eval/db/success": 5, "eval/avg/success": 5 });
+    await closing.finish("FINISHED");
 
     expect(stub.violations).toEqual([]);
     expect(warnings).toEqual([]);
@@ -73,7 +82,13 @@ describe("W&B sink", () => {
       expect(row.advantages).toMatchObject({ _type: "histogram" });
       expect((row.advantages as { values: number[] }).values).toHaveLength(WANDB_LIMITS.histogramBins);
     }
-    expect(run?.summary).toMatchObject({ "loss/total": 0.2, _step: 5, evaluation: expect.stringContaining("| v5 |") });
+    // step 5's row was sent: the evaluation's values for it are the run's summary
+    expect(run?.summary).toMatchObject({
+      "loss/total": 0.2,
+      _step: 5,
+      evaluation: expect.stringContaining("| v5 |"),
+      "eval/avg/success": 5,
+    });
     expect(run?.complete).toBe(true);
     expect(run?.exitcode).toBe(0);
     expect(stub.authorizations.every((a) => a === `Basic ${Buffer.from(`api:${KEY}`).toString("base64")}`)).toBe(true);
