@@ -280,6 +280,29 @@ export class RoleService extends Construct {
     return this.taskDefinition.taskRole;
   }
 
+  /**
+   * Serves Prometheus /metrics on `port` of its own (AGENTRL_METRICS_PORT on 0.0.0.0) behind the
+   * scrape token, reachable from `scrapers` (the VPC's CIDR) on that port only: the role's API
+   * port stays open to its callers alone.
+   */
+  exposeMetrics(port: number, token: ecs.Secret, scrapers: ec2.IPeer): void {
+    requireRange(`RoleService(${this.node.id})`, "metrics port", port, 1, 65_535);
+    if (port === this.port)
+      throw new InvalidPropError(`RoleService(${this.node.id}): the metrics port ${port} is the role's own port`);
+    this.container.addEnvironment("AGENTRL_METRICS_PORT", String(port));
+    this.container.addEnvironment("AGENTRL_METRICS_HOST", "0.0.0.0");
+    this.container.addSecret("AGENTRL_METRICS_TOKEN", token);
+    this.container.addPortMappings({ containerPort: port });
+    this.securityGroup.addIngressRule(scrapers, ec2.Port.tcp(port), "Prometheus scrapes /metrics from inside the VPC");
+    NagSuppressions.addResourceSuppressions(this.securityGroup, [
+      {
+        id: "AwsSolutions-EC23",
+        reason:
+          "The metrics port's ingress is the VPC's own CIDR (a deploy-time token cdk-nag cannot resolve), never 0.0.0.0/0; every scrape needs AGENTRL_METRICS_TOKEN.",
+      },
+    ]);
+  }
+
   /** Lets `peer` reach this role's port (no-op for roles without a port). */
   allowFrom(peer: RoleService): void {
     if (this.port === undefined) return;

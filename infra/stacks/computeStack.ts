@@ -61,6 +61,8 @@ export const ENV_WORKER_PORT = 5021;
 export const POLICY_SERVER_PORT = 8000;
 /** Port of the gateway when `gateway.port` is 0 (any free port locally). */
 export const GATEWAY_PORT = 8080;
+/** Port of every role's Prometheus /metrics inside its task (OpenTelemetry's Prometheus exporter's). */
+export const METRICS_PORT = 9464;
 const NAMESPACE = "agentrl.local";
 
 /**
@@ -301,6 +303,11 @@ export class ComputeStack extends Stack {
         ? undefined
         : this.gatewayService(config, common, policyUrl, policyApiKey, sharedSecret);
 
+    // Every role's /metrics on a port of its own, for scrapers inside the VPC (docs/tracking.md).
+    const metricsToken = sharedSecret(
+      "MetricsToken",
+      "agentrl: Prometheus scrapers of /metrics (AGENTRL_METRICS_TOKEN)",
+    );
     const features = accessFeaturesOf(config);
     for (const service of [
       ...(this.gateway ? [this.gateway] : []),
@@ -315,6 +322,7 @@ export class ComputeStack extends Stack {
     ]) {
       grantRoleAccess(service.taskRole, forFeatures(ROLE_ACCESS[service.role], features), targets);
       service.acknowledgeGrantWildcards();
+      service.exposeMetrics(METRICS_PORT, metricsToken, ec2.Peer.ipv4(this.cluster.vpc.vpcCidrBlock));
     }
   }
 

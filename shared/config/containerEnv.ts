@@ -67,8 +67,17 @@ const resources = {
 /** Interface servers bind to; tasks need 0.0.0.0 (their ENI), local runs and tests 127.0.0.1. */
 const host = z.string().trim().min(1, "must not be empty").default("0.0.0.0");
 
+/**
+ * Prometheus /metrics of every role on a port of its own (ECS tasks set both; the scrape token
+ * comes as the AGENTRL_METRICS_TOKEN secret). Unset: no listener beyond a role's own port.
+ */
+const metricsListener = {
+  AGENTRL_METRICS_PORT: port.optional(),
+  AGENTRL_METRICS_HOST: nonEmpty.optional(),
+};
+
 const pipelineRole = <R extends ContainerRole, S extends z.ZodRawShape>(role: R, shape: S) =>
-  z.object({ AGENTRL_ROLE: z.literal(role), ...configSource, ...resources, ...shape });
+  z.object({ AGENTRL_ROLE: z.literal(role), ...configSource, ...resources, ...metricsListener, ...shape });
 
 /** One variant per role; zod reports failures at the variable's name. */
 export const ContainerEnv = z.discriminatedUnion(
