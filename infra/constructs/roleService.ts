@@ -82,6 +82,10 @@ export interface RoleServiceProps {
   readonly launchedBy?: "service" | "pool";
 }
 
+/** Docker labels naming a task's Prometheus port and path, as ECS-aware scrapers read them. */
+export const METRICS_PORT_LABEL = "ECS_PROMETHEUS_EXPORTER_PORT";
+export const METRICS_PATH_LABEL = "ECS_PROMETHEUS_METRICS_PATH";
+
 /** The command every role's container runs: `agentrl container` (cli/commands/container.ts). */
 export const CONTAINER_COMMAND: readonly string[] = ["node", "bin/agentrl.mjs", "container"];
 
@@ -293,6 +297,9 @@ export class RoleService extends Construct {
     this.container.addEnvironment("AGENTRL_METRICS_HOST", "0.0.0.0");
     this.container.addSecret("AGENTRL_METRICS_TOKEN", token);
     this.container.addPortMappings({ containerPort: port });
+    // Where ECS-aware scrapers (the OpenTelemetry collector's ecs_observer, CloudWatch's agent) look.
+    this.container.addDockerLabel(METRICS_PORT_LABEL, String(port));
+    this.container.addDockerLabel(METRICS_PATH_LABEL, "/metrics");
     this.securityGroup.addIngressRule(scrapers, ec2.Port.tcp(port), "Prometheus scrapes /metrics from inside the VPC");
     NagSuppressions.addResourceSuppressions(this.securityGroup, [
       {

@@ -1,4 +1,4 @@
-import { ArnFormat, CfnParameter, Fn, Stack, type StackProps } from "aws-cdk-lib";
+import { ArnFormat, CfnOutput, CfnParameter, Fn, Stack, type StackProps } from "aws-cdk-lib";
 import * as ec2 from "aws-cdk-lib/aws-ec2";
 import * as ecs from "aws-cdk-lib/aws-ecs";
 import * as iam from "aws-cdk-lib/aws-iam";
@@ -308,6 +308,11 @@ export class ComputeStack extends Stack {
       "MetricsToken",
       "agentrl: Prometheus scrapers of /metrics (AGENTRL_METRICS_TOKEN)",
     );
+    // The scraper reads this secret itself (docs/tracking.md, "On AWS").
+    new CfnOutput(this, "MetricsTokenSecretArn", {
+      value: (this.node.findChild("MetricsToken") as secretsmanager.Secret).secretArn,
+      description: "Secrets Manager secret holding AGENTRL_METRICS_TOKEN, the bearer token of every role's /metrics",
+    });
     const features = accessFeaturesOf(config);
     for (const service of [
       ...(this.gateway ? [this.gateway] : []),

@@ -246,7 +246,14 @@ describe("compute stack", () => {
         mapped.map((p) => p.ContainerPort),
         key,
       ).toContain(METRICS_PORT);
+      expect((container as { DockerLabels?: Record<string, string> }).DockerLabels, key).toMatchObject({
+        ECS_PROMETHEUS_EXPORTER_PORT: String(METRICS_PORT),
+        ECS_PROMETHEUS_METRICS_PATH: "/metrics",
+      });
     }
+    expect(templates.compute.toJSON().Outputs.MetricsTokenSecretArn.Value).toEqual({
+      Ref: expect.stringMatching(/^MetricsToken/),
+    });
     // the metrics port opens to the VPC's CIDR and nothing else; no API port opens to a CIDR
     const ingress = [
       ...resourcesOf(templates.compute, "AWS::EC2::SecurityGroupIngress").map(([, r]) => r.Properties),
