@@ -51,7 +51,7 @@ export interface ComputeStackProps extends StackProps {
   /**
    * Default of the `SandboxInstanceType` stack parameter: the CPU hosts of the AgentBench OS tasks'
    * env workers, made only when an os-* task is in the mix.
-   * @default - "m6i.2xlarge" (8 vCPU, 32 GiB: two workers of 12 episodes, or one of 28)
+   * @default - "m6i.2xlarge" (8 vCPU, 32 GiB)
    */
   readonly sandboxInstanceType?: string;
 }
