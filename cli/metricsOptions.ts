@@ -1,4 +1,5 @@
 import { type Command, InvalidArgumentError, Option } from "commander";
+import { ValidationError } from "../shared/errors.ts";
 import type { Logger } from "../shared/log.ts";
 import { ServiceMetrics, serveMetrics } from "../shared/metrics.ts";
 
@@ -14,7 +15,11 @@ export function withMetricsOptions(command: Command): Command {
         .env("AGENTRL_METRICS_PORT")
         .argParser(metricsPort),
     )
-    .option("--metrics-host <host>", "address of the /metrics listener", "127.0.0.1");
+    .addOption(
+      new Option("--metrics-host <host>", "address of the /metrics listener")
+        .env("AGENTRL_METRICS_HOST")
+        .default("127.0.0.1"),
+    );
 }
 
 function metricsPort(value: string): number {
@@ -50,6 +55,33 @@ export async function startRoleMetrics(
     host: options.metricsHost ?? "127.0.0.1",
     log,
   });
+  process.stdout.write(`${JSON.stringify({ event: "metrics", role, url: `${server.url}/metrics` })}\n`);
+  return { metrics, close: () => server.close() };
+}
+
+/**
+ * For the roles that serve /metrics on their own port (controller, env worker, policy server,
+ * gateway): a second listener with only /metrics at AGENTRL_METRICS_PORT on AGENTRL_METRICS_HOST
+ * (default 127.0.0.1), as ECS tasks set them, so a scraper gets a port of its own and the API port
+ * stays open only to the API's callers. Undefined when AGENTRL_METRICS_PORT is unset.
+ */
+export async function serveMetricsFromEnv(
+  metrics: ServiceMetrics,
+  role: string,
+  log: Logger,
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<RoleMetrics | undefined> {
+  const port = env.AGENTRL_METRICS_PORT;
+  if (port === undefined || port === "") return undefined;
+  let parsed: number;
+  try {
+    parsed = metricsPort(port);
+  } catch {
+    throw new ValidationError("environment", [
+      { path: "AGENTRL_METRICS_PORT", message: `must be a port number 0..65535 (0 picks a free one), got "${port}"` },
+    ]);
+  }
+  const server = await serveMetrics(metrics, { port: parsed, host: env.AGENTRL_METRICS_HOST || "127.0.0.1", log });
   process.stdout.write(`${JSON.stringify({ event: "metrics", role, url: `${server.url}/metrics` })}\n`);
   return { metrics, close: () => server.close() };
 }

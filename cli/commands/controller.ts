@@ -36,9 +36,12 @@ export function register(program: Command): void {
       // Body limit, timeouts and connection cap from the config's `limits.http`.
       const { limits } = await configFromOptions(options);
       const { ServiceMetrics } = await import("../../shared/metrics.ts");
+      const { serveMetricsFromEnv } = await import("../metricsOptions.ts");
+      const { createLogger } = await import("../../shared/log.ts");
+      const metrics = ServiceMetrics.forRole("controller");
       const running = await startController({
         httpLimits: limits.http,
-        metrics: ServiceMetrics.forRole("controller"),
+        metrics,
         ...readSecrets(),
         port: options.port,
         host: options.host,
@@ -48,7 +51,8 @@ export function register(program: Command): void {
         workerTimeoutMs: options.workerTimeoutMs,
       });
       process.stdout.write(`${JSON.stringify({ event: "listening", role: "controller", url: running.url })}\n`);
-      const stop = () => void running.close().then(() => process.exit(0));
+      const scrape = await serveMetricsFromEnv(metrics, "controller", createLogger({ role: "controller" }));
+      const stop = () => void Promise.all([running.close(), scrape?.close()]).then(() => process.exit(0));
       process.once("SIGINT", stop);
       process.once("SIGTERM", stop);
     },

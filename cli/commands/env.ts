@@ -54,6 +54,9 @@ export function register(program: Command): void {
       const { serveTask } = await import("../../shared/env/worker.ts");
       const { readSecrets } = await import("../../shared/security/secrets.ts");
       const { ServiceMetrics } = await import("../../shared/metrics.ts");
+      const { serveMetricsFromEnv } = await import("../metricsOptions.ts");
+      const { createLogger } = await import("../../shared/log.ts");
+      const metrics = ServiceMetrics.forRole(`env-${name}`);
       const { envSecret } = readSecrets();
       const worker = await serveTask(module, {
         ...(envSecret ? { envSecret } : {}),
@@ -70,12 +73,13 @@ export function register(program: Command): void {
         },
         httpLimits: limits.http,
         episodeLimits: limits.env,
-        metrics: ServiceMetrics.forRole(`env-${name}`),
+        metrics,
       });
       process.stdout.write(
         `${JSON.stringify({ event: "listening", role: "env-worker", task: name, url: worker.url, address: worker.address })}\n`,
       );
-      const stop = () => void worker.close().then(() => process.exit(0));
+      const scrape = await serveMetricsFromEnv(metrics, `env-${name}`, createLogger({ role: `env-${name}` }));
+      const stop = () => void Promise.all([worker.close(), scrape?.close()]).then(() => process.exit(0));
       process.once("SIGINT", stop);
       process.once("SIGTERM", stop);
     },

@@ -1,6 +1,7 @@
 import { join } from "node:path";
 import { type Command, InvalidArgumentError, Option } from "commander";
 import type { PoolStatus } from "../../functions/envpool/manager.ts";
+import { CAPACITY_PROVIDER } from "../../shared/config/containerEnv.ts";
 import { AgentRlError } from "../../shared/errors.ts";
 import type { ServiceMetrics } from "../../shared/metrics.ts";
 import { startRoleMetrics, withMetricsOptions } from "../metricsOptions.ts";
@@ -27,7 +28,7 @@ interface PoolCliOptions {
   ecsContainer: string;
   ecsSubnets?: string[];
   ecsSecurityGroups?: string[];
-  ecsCapacityProvider: "FARGATE" | "FARGATE_SPOT";
+  ecsCapacityProvider: string;
   metricsPort?: number;
   metricsHost?: string;
 }
@@ -68,8 +69,11 @@ export function registerPool(env: Command): void {
       listOption("--ecs-security-groups"),
     )
     .addOption(
-      new Option("--ecs-capacity-provider <name>", "ecs driver: capacity provider")
-        .choices(["FARGATE", "FARGATE_SPOT"])
+      new Option(
+        "--ecs-capacity-provider <name>",
+        "ecs driver: FARGATE, FARGATE_SPOT or the name of an EC2 capacity provider of the cluster",
+      )
+        .argParser(capacityProviderOption)
         .default("FARGATE"),
     );
   withMetricsOptions(pool).action(async (options: PoolCliOptions) => {
@@ -182,6 +186,14 @@ async function makeDriver(options: PoolCliOptions, experimentId: string, log: im
     task: options.task,
     log,
   });
+}
+
+function capacityProviderOption(value: string): string {
+  if (!CAPACITY_PROVIDER.test(value))
+    throw new InvalidArgumentError(
+      `--ecs-capacity-provider must be FARGATE, FARGATE_SPOT or a capacity provider name (letters, digits, '-', '_'), got "${value}"`,
+    );
+  return value;
 }
 
 function listOption(flag: string): (value: string) => string[] {

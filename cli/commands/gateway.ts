@@ -20,7 +20,10 @@ export function register(program: Command): void {
         const { readSecrets } = await import("../../shared/security/secrets.ts");
         const { startGateway } = await import("../../functions/gateway/index.ts");
         const { ServiceMetrics } = await import("../../shared/metrics.ts");
+        const { serveMetricsFromEnv } = await import("../metricsOptions.ts");
+        const { createLogger } = await import("../../shared/log.ts");
         const secrets = readSecrets();
+        const metrics = new ServiceMetrics("gateway", secrets.metricsToken);
         const transport = await createRoleTransport(config, "gateway");
         const stop = new AbortController();
         process.once("SIGINT", () => stop.abort());
@@ -34,10 +37,12 @@ export function register(program: Command): void {
             {
               ...(options.port === undefined ? {} : { port: options.port }),
               signal: stop.signal,
-              metrics: new ServiceMetrics("gateway", secrets.metricsToken),
+              metrics,
             },
           );
           process.stdout.write(`${JSON.stringify({ event: "listening", role: "gateway", url: running.url })}\n`);
+          const scrape = await serveMetricsFromEnv(metrics, "gateway", createLogger({ role: "gateway" }));
+          stop.signal.addEventListener("abort", () => void scrape?.close(), { once: true });
           await new Promise<void>((resolve) => stop.signal.addEventListener("abort", () => resolve(), { once: true }));
           await running.close();
           process.stdout.write(

@@ -53,6 +53,8 @@ export function register(program: Command): void {
       const { servePolicy } = await import("../../trainer-image/policy-server/serve.ts");
       const { readSecrets } = await import("../../shared/security/secrets.ts");
       const { ServiceMetrics } = await import("../../shared/metrics.ts");
+      const { serveMetricsFromEnv } = await import("../metricsOptions.ts");
+      const metrics = ServiceMetrics.forRole(`policy-${options.pool}`);
       const { policyApiKey } = readSecrets();
       const running = await servePolicy({
         config,
@@ -63,12 +65,13 @@ export function register(program: Command): void {
         host: options.host,
         log,
         ...(policyApiKey ? { apiKey: policyApiKey } : {}),
-        metrics: ServiceMetrics.forRole(`policy-${options.pool}`),
+        metrics,
       });
       process.stdout.write(
         `${JSON.stringify({ event: "listening", role: `policy-${options.pool}`, url: running.url, policyVersion: running.version() })}\n`,
       );
-      const stop = () => void running.close().then(() => process.exit(0));
+      const scrape = await serveMetricsFromEnv(metrics, `policy-${options.pool}`, log);
+      const stop = () => void Promise.all([running.close(), scrape?.close()]).then(() => process.exit(0));
       process.once("SIGINT", stop);
       process.once("SIGTERM", stop);
     },

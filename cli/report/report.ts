@@ -249,10 +249,15 @@ export interface ReportInput {
   readonly trackers?: TrackerLinks;
 }
 
-/** Links to the tracker runs that hold every step's metrics (the MLflow run page). */
+/** Links to the tracker runs that hold every step's metrics (the MLflow and W&B run pages). */
 function trackersHtml(links: TrackerLinks): string {
-  if (!links.mlflow) return "";
-  return `<p id="tracker-run">Every step's metrics, by step, in MLflow: <a href="${escapeXml(links.mlflow.url)}">run ${escapeXml(links.mlflow.runId)}</a></p>`;
+  const runs = [
+    ...(links.mlflow ? [["MLflow", links.mlflow.url, links.mlflow.runId] as const] : []),
+    ...(links.wandb ? [["W&amp;B", links.wandb.url, links.wandb.runId] as const] : []),
+  ];
+  if (runs.length === 0) return "";
+  const linked = runs.map(([name, url, id]) => `in ${name}: <a href="${escapeXml(url)}">run ${escapeXml(id)}</a>`);
+  return `<p id="tracker-run">Every step's metrics, by step, ${linked.join("; ")}</p>`;
 }
 
 /** The run report: facts, success table (§6 layout), and uPlot charts of success, reward, throughput, losses and staleness. */

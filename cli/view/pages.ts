@@ -368,10 +368,15 @@ export function stepsPage(view: RunView): string {
   return layout(view, `steps · ${view.experimentId}`, body);
 }
 
-/** A line linking a step to the tracker run that holds its metrics (MLflow), when one is configured. */
+/** A line linking a step to the tracker runs that hold its metrics (MLflow, W&B), when configured. */
 export function trackerRunHtml(links: TrackerLinks, step: number): string {
-  if (!links.mlflow) return "";
-  return `<p id="tracker-run">step ${step}'s metrics in MLflow: <a href="${esc(links.mlflow.url)}">run ${esc(links.mlflow.runId)}</a> (step axis ${step})</p>`;
+  const runs = [
+    ...(links.mlflow ? [["MLflow", links.mlflow.url, links.mlflow.runId] as const] : []),
+    ...(links.wandb ? [["W&amp;B", links.wandb.url, links.wandb.runId] as const] : []),
+  ];
+  if (runs.length === 0) return "";
+  const linked = runs.map(([name, url, id]) => `in ${name}: <a href="${esc(url)}">run ${esc(id)}</a>`);
+  return `<p id="tracker-run">step ${step}'s metrics ${linked.join("; ")} (step axis ${step})</p>`;
 }
 
 /** One step: its losses and groups (rewards, advantages before and after task normalization, loss shares). */

@@ -2,6 +2,7 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
 import { hostname } from "node:os";
+import { z } from "zod";
 import { AgentRlError } from "../../shared/errors.ts";
 import { PersistentShell, type ShellLimits, type ShellProcess } from "./shell.ts";
 
@@ -64,6 +65,34 @@ export const LABEL = "org.agentrl.os";
 export const WORKER_LABEL = "org.agentrl.os.worker";
 /** This process, as the worker label names it. */
 export const WORKER_ID = `${hostname()}:${process.pid}`;
+/** A worker label naming the worker's own container on the same daemon (an ECS task's, by its Docker id). */
+export const CONTAINER_WORKER = "container:";
+
+const TaskMetadata = z.object({ DockerId: z.string().regex(/^[0-9a-f]{12,64}$/, "must be a Docker container id") });
+
+/**
+ * Who this worker is, for its containers' label. On ECS (the task metadata endpoint is set) it is
+ * the worker's own container on the host's daemon: every worker task on a host has a hostname of
+ * its own, so a hostname and pid would never match the next worker's, and a dead task's episodes
+ * would stay; a container id lets any worker on the host see that their worker is gone. Elsewhere
+ * the host name and pid.
+ * @example await workerIdentity() // "container:3f2a…" on ECS, "myhost:4242" elsewhere
+ */
+export async function workerIdentity(env: NodeJS.ProcessEnv = process.env): Promise<string> {
+  const endpoint = env.ECS_CONTAINER_METADATA_URI_V4;
+  if (!endpoint) return WORKER_ID;
+  const response = await fetch(endpoint, { signal: AbortSignal.timeout(10_000) });
+  if (!response.ok)
+    throw new AgentRlError(
+      `the ECS task metadata endpoint ${endpoint} answered ${response.status}: cannot label episodes`,
+    );
+  const parsed = TaskMetadata.safeParse(await response.json());
+  if (!parsed.success)
+    throw new AgentRlError(
+      `the ECS task metadata endpoint ${endpoint} gave no DockerId: ${parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")}`,
+    );
+  return `${CONTAINER_WORKER}${parsed.data.DockerId}`;
+}
 
 const RUNC = "/usr/sbin/runc";
 
@@ -139,6 +168,8 @@ export class ContainerBackend implements SandboxBackend {
     private readonly bin: "podman" | "docker",
     private readonly shellLimits?: ShellLimits,
     disk: Partial<DiskGuard> = {},
+    /** The worker label of this backend's containers ({@link workerIdentity}). @default WORKER_ID */
+    private readonly workerId: string = WORKER_ID,
   ) {
     this.name = bin;
     this.disk = { diskBytes: CONTAINER_LIMITS.diskBytes, pollMs: 2_000, ...disk };
@@ -181,7 +212,7 @@ export class ContainerBackend implements SandboxBackend {
       "--label",
       `${LABEL}=1`,
       "--label",
-      `${WORKER_LABEL}=${WORKER_ID}`,
+      `${WORKER_LABEL}=${this.workerId}`,
       "--label",
       `${LABEL}.task=${spec.task}`,
       "--memory",
@@ -229,12 +260,24 @@ export class ContainerBackend implements SandboxBackend {
     let removed = 0;
     for (const line of listed.stdout.toString().split("\n")) {
       const [name, worker] = line.trim().split(" ");
-      if (!name || !worker) continue;
-      const [host, pid] = worker.split(":");
-      if (host !== hostname() || isAlive(Number(pid))) continue;
+      if (!name || !worker || worker === this.workerId) continue;
+      if (worker.startsWith(CONTAINER_WORKER)) {
+        if (await this.isRunning(worker.slice(CONTAINER_WORKER.length))) continue;
+      } else {
+        const [host, pid] = worker.split(":");
+        if (host !== hostname() || isAlive(Number(pid))) continue;
+      }
       if ((await execFile(this.bin, ["rm", "-f", "-t", "0", name], { timeoutMs: 60_000 })).status === 0) removed++;
     }
     return removed;
+  }
+
+  /** Whether a container of this daemon runs (a worker's own, on ECS); false once it is gone. */
+  private async isRunning(container: string): Promise<boolean> {
+    const inspected = await execFile(this.bin, ["container", "inspect", "--format", "{{.State.Running}}", container], {
+      timeoutMs: 60_000,
+    });
+    return inspected.status === 0 && inspected.stdout.toString().trim() === "true";
   }
 }
 

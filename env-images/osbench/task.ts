@@ -1,4 +1,4 @@
-import { AGENTBENCH_OS_IMAGES } from "../../shared/agentbench/osImages.ts";
+import { osImagesFrom } from "../../shared/agentbench/osImages.ts";
 import type { Episode, StepResult, TaskDefinition } from "../../shared/env/task.ts";
 import { AgentRlError } from "../../shared/errors.ts";
 import { loadOs, OS_SIZES, type OsInstance, type OsSplit } from "./instances.ts";
@@ -12,7 +12,7 @@ import {
   OS_TOOLS,
   osUserPrompt,
 } from "./prompts.ts";
-import { ContainerBackend, detectContainerCli, type Sandbox, type SandboxBackend } from "./sandbox.ts";
+import { ContainerBackend, detectContainerCli, type Sandbox, type SandboxBackend, workerIdentity } from "./sandbox.ts";
 import { bashObservation, type Committed, independentArgv, judge } from "./scorer.ts";
 
 /**
@@ -94,7 +94,10 @@ export interface OsTaskOptions {
   readonly backend?: SandboxBackend;
   /** The AgentBench data folder when AGENTRL_AGENTBENCH_DIR is unset. */
   readonly dataDir?: string;
-  /** Image names per AgentBench subtype. @default the stand-ins `npm run images -- --agentbench-os` builds */
+  /**
+   * Image names per AgentBench subtype.
+   * @default AGENTRL_OS_IMAGE_DEFAULT / _PACKAGES, else the stand-ins `npm run images -- --agentbench-os` builds
+   */
   readonly images?: Readonly<Record<string, string>>;
   /** Lets instances that fetch packages at init use the network. @default AGENTRL_OS_NETWORK=1 */
   readonly network?: boolean;
@@ -110,7 +113,7 @@ function hostBackend(): () => Promise<SandboxBackend> {
         throw new AgentRlError(
           "the OS tasks run each episode in a container: install podman (apt-get install podman runc) or start Docker",
         );
-      const backend = new ContainerBackend(cli);
+      const backend = new ContainerBackend(cli, undefined, {}, await workerIdentity());
       await backend.sweepOrphans();
       return backend;
     })();
@@ -121,7 +124,7 @@ function hostBackend(): () => Promise<SandboxBackend> {
 /** `os-std`, `os-dev`, `os-env_train`: train and test are the same instances (as with DBBench). */
 export function createOsTask(name: OsSplit, options: OsTaskOptions = {}): TaskDefinition {
   const backendOf = options.backend ? () => Promise.resolve(options.backend!) : hostBackend();
-  const images: Readonly<Record<string, string>> = options.images ?? AGENTBENCH_OS_IMAGES;
+  const images: Readonly<Record<string, string>> = options.images ?? osImagesFrom();
   const network = options.network ?? process.env[OS_NETWORK_ENV] === "1";
   const all = { start: 0, end: OS_SIZES[name] };
   const unavailable = (index: number): string | undefined => {

@@ -45,8 +45,12 @@ export interface EcsDriverOptions {
   readonly containerName?: string;
   readonly subnets: readonly string[];
   readonly securityGroups: readonly string[];
-  /** @default "FARGATE" */
-  readonly capacityProvider?: "FARGATE" | "FARGATE_SPOT";
+  /**
+   * FARGATE, FARGATE_SPOT, or the name of an EC2 capacity provider of the cluster (the OS tasks'
+   * sandbox hosts).
+   * @default "FARGATE"
+   */
+  readonly capacityProvider?: string;
   readonly experimentId: string;
   readonly task: string;
   /** Port the worker listens on inside its task. @default 5021 */
@@ -61,7 +65,7 @@ export const TASK_TAG = "agentrl:task";
 
 /**
  * Env workers as ECS tasks (RunTask on the env task definition, in the given subnets and security
- * groups, on Fargate or Fargate Spot), tagged with experiment and task. The limits travel as
+ * groups, on Fargate, Fargate Spot or an EC2 capacity provider), tagged with experiment and task. The limits travel as
  * extra arguments to the container's launcher (`agentrl container -- --max-episodes N`). Every
  * call is retried with backoff when ECS throttles or fails transiently.
  */
@@ -85,9 +89,10 @@ export class EcsDriver implements WorkerDriver {
         cluster: o.cluster,
         taskDefinition: o.taskDefinition,
         count: 1,
-        // Plain Fargate as a launch type (the same capacity; what moto also models); Spot needs the strategy.
-        ...(o.capacityProvider === "FARGATE_SPOT"
-          ? { capacityProviderStrategy: [{ capacityProvider: "FARGATE_SPOT", weight: 1 }] }
+        // Plain Fargate as a launch type (the same capacity; what moto also models); Spot and EC2
+        // capacity providers need the strategy.
+        ...(o.capacityProvider !== undefined && o.capacityProvider !== "FARGATE"
+          ? { capacityProviderStrategy: [{ capacityProvider: o.capacityProvider, weight: 1 }] }
           : { launchType: "FARGATE" as const }),
         networkConfiguration: {
           awsvpcConfiguration: {

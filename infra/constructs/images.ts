@@ -3,6 +3,17 @@ import { join } from "node:path";
 import { IgnoreMode } from "aws-cdk-lib";
 import * as ecs from "aws-cdk-lib/aws-ecs";
 import { Construct } from "constructs";
+import type { AgentBenchOsImage } from "../../shared/agentbench/osImages.ts";
+
+/** Tasks that share one env image folder (a family of tasks served by one module). */
+const ENV_IMAGE_FOLDER: Readonly<Record<string, string>> = {
+  "os-std": "osbench",
+  "os-dev": "osbench",
+  "os-env_train": "osbench",
+};
+
+/** AgentBench's OS episode images, for a registry (the Debian stand-in is built offline instead). */
+export const AGENTBENCH_OS_DOCKERFILE = "env-images/osbench/images/Dockerfile";
 
 /** Props of {@link RoleImages}. */
 export interface RoleImagesProps {
@@ -42,6 +53,7 @@ export class RoleImages extends Construct {
   readonly trainer: ecs.ContainerImage;
   private readonly root: string;
   private readonly envImages = new Map<string, ecs.ContainerImage>();
+  private readonly osImages = new Map<AgentBenchOsImage, ecs.ContainerImage>();
   private cpuTrainer: ecs.ContainerImage | undefined;
   private webgpuTrainer: ecs.ContainerImage | undefined;
   private readonly assets = new Map<string, ImageBuild>();
@@ -53,9 +65,27 @@ export class RoleImages extends Construct {
     this.trainer = this.fromDockerfile("trainer-image/Dockerfile");
   }
 
-  /** Relative path of the Dockerfile a task may ship to get its own env worker image. */
+  /**
+   * Relative path of the Dockerfile a task may ship to get its own env worker image: the task's
+   * folder, or the folder of the family it belongs to (os-std, os-dev, os-env_train: osbench).
+   */
   static envDockerfile(task: string): string {
-    return `env-images/${task}/Dockerfile`;
+    return `env-images/${ENV_IMAGE_FOLDER[task] ?? task}/Dockerfile`;
+  }
+
+  /**
+   * An image AgentBench's OS episodes run in (`default`, or `packages` with npm), built from
+   * env-images/osbench/images/Dockerfile. Built only when something uses it.
+   */
+  agentBenchOs(subtype: AgentBenchOsImage): ecs.ContainerImage {
+    const known = this.osImages.get(subtype);
+    if (known) return known;
+    const image = this.fromDockerfile(
+      AGENTBENCH_OS_DOCKERFILE,
+      subtype === "packages" ? { EXTRA_PACKAGES: "npm" } : {},
+    );
+    this.osImages.set(subtype, image);
+    return image;
   }
 
   /** Every distinct image this app builds at deploy (`npm run images` builds the same list). */

@@ -30,13 +30,26 @@ export interface GpuPlacement {
   readonly memoryMiB?: number;
 }
 
+/**
+ * A CPU EC2 capacity provider of the cluster (the OS tasks' sandbox hosts): awsvpc tasks whose
+ * container may mount host paths. Pool-launched only.
+ */
+export interface Ec2Placement {
+  readonly kind: "ec2";
+  readonly capacityProvider: ecs.AsgCapacityProvider;
+  /** CPU units reserved (1024 = 1 vCPU). @default - 1024 */
+  readonly cpu?: number;
+  /** Memory reserved. @default - 2048 */
+  readonly memoryMiB?: number;
+}
+
 /** Props of {@link RoleService}. */
 export interface RoleServiceProps {
   readonly cluster: AgentCluster;
   readonly image: ecs.ContainerImage;
   /** The typed container environment (shared/config/containerEnv.ts); AGENTRL_ROLE picks the role. */
   readonly environment: ContainerEnvInput;
-  readonly placement: FargatePlacement | GpuPlacement;
+  readonly placement: FargatePlacement | GpuPlacement | Ec2Placement;
   /**
    * Port the role listens on; opened to peers with {@link RoleService.allowFrom}.
    * @default - no port (a pure queue consumer)
@@ -63,11 +76,15 @@ export interface RoleServiceProps {
   readonly singleton?: boolean;
   /**
    * Who runs the tasks: an ECS service, or an env pool manager (functions/envpool/) that calls
-   * RunTask on this task definition itself (no service is created; Fargate only).
+   * RunTask on this task definition itself (no service is created; Fargate or EC2 placement).
    * @default - "service"
    */
   readonly launchedBy?: "service" | "pool";
 }
+
+/** Docker labels naming a task's Prometheus port and path, as ECS-aware scrapers read them. */
+export const METRICS_PORT_LABEL = "ECS_PROMETHEUS_EXPORTER_PORT";
+export const METRICS_PATH_LABEL = "ECS_PROMETHEUS_METRICS_PATH";
 
 /** The command every role's container runs: `agentrl container` (cli/commands/container.ts). */
 export const CONTAINER_COMMAND: readonly string[] = ["node", "bin/agentrl.mjs", "container"];
@@ -174,9 +191,26 @@ export class RoleService extends Construct {
               ...deployment,
               ...(cloudMapOptions ? { cloudMapOptions } : {}),
             });
+    } else if (props.placement.kind === "ec2") {
+      if (props.launchedBy !== "pool")
+        throw new InvalidPropError(`RoleService(${id}): EC2 placement is for pool-launched env workers only`);
+      const cpu = props.placement.cpu ?? 1024;
+      const memoryMiB = props.placement.memoryMiB ?? 2048;
+      requireRange(`RoleService(${id})`, "cpu", cpu, 128, 196_608);
+      requireRange(`RoleService(${id})`, "memoryMiB", memoryMiB, 512, 786_432);
+      const taskDefinition = new ecs.Ec2TaskDefinition(this, "Task", { networkMode: ecs.NetworkMode.AWS_VPC });
+      this.container = taskDefinition.addContainer("Role", {
+        ...containerOptions,
+        cpu,
+        memoryReservationMiB: memoryMiB,
+      });
+      this.taskDefinition = taskDefinition;
+      this.service = undefined;
     } else {
       if (props.launchedBy === "pool")
-        throw new InvalidPropError(`RoleService(${id}): pool-launched tasks run on Fargate, not on the GPU capacity`);
+        throw new InvalidPropError(
+          `RoleService(${id}): pool-launched tasks run on Fargate or EC2 sandbox hosts, not on the GPU capacity`,
+        );
       const gpuCount = props.placement.gpuCount ?? 1;
       requireRange(`RoleService(${id})`, "gpuCount", gpuCount, 1, 8);
       const taskDefinition = new ecs.Ec2TaskDefinition(this, "Task", { networkMode: ecs.NetworkMode.AWS_VPC });
@@ -248,6 +282,32 @@ export class RoleService extends Construct {
   /** The task role: pass it to grantXxx() of queues and buckets. */
   get taskRole(): iam.IRole {
     return this.taskDefinition.taskRole;
+  }
+
+  /**
+   * Serves Prometheus /metrics on `port` of its own (AGENTRL_METRICS_PORT on 0.0.0.0) behind the
+   * scrape token, reachable from `scrapers` (the VPC's CIDR) on that port only: the role's API
+   * port stays open to its callers alone.
+   */
+  exposeMetrics(port: number, token: ecs.Secret, scrapers: ec2.IPeer): void {
+    requireRange(`RoleService(${this.node.id})`, "metrics port", port, 1, 65_535);
+    if (port === this.port)
+      throw new InvalidPropError(`RoleService(${this.node.id}): the metrics port ${port} is the role's own port`);
+    this.container.addEnvironment("AGENTRL_METRICS_PORT", String(port));
+    this.container.addEnvironment("AGENTRL_METRICS_HOST", "0.0.0.0");
+    this.container.addSecret("AGENTRL_METRICS_TOKEN", token);
+    this.container.addPortMappings({ containerPort: port });
+    // Where ECS-aware scrapers (the OpenTelemetry collector's ecs_observer, CloudWatch's agent) look.
+    this.container.addDockerLabel(METRICS_PORT_LABEL, String(port));
+    this.container.addDockerLabel(METRICS_PATH_LABEL, "/metrics");
+    this.securityGroup.addIngressRule(scrapers, ec2.Port.tcp(port), "Prometheus scrapes /metrics from inside the VPC");
+    NagSuppressions.addResourceSuppressions(this.securityGroup, [
+      {
+        id: "AwsSolutions-EC23",
+        reason:
+          "The metrics port's ingress is the VPC's own CIDR (a deploy-time token cdk-nag cannot resolve), never 0.0.0.0/0; every scrape needs AGENTRL_METRICS_TOKEN.",
+      },
+    ]);
   }
 
   /** Lets `peer` reach this role's port (no-op for roles without a port). */

@@ -6,7 +6,7 @@ import { App } from "aws-cdk-lib";
 import { type ContainerRole, ContainerRole as ContainerRoleSchema } from "../../shared/config/containerEnv.ts";
 import { loadConfig } from "../../shared/config/index.ts";
 import { buildAgentRlApp } from "../agentRlApp.ts";
-import { type ImageBuild, TRAINER_CPU_BUILD_ARGS } from "../constructs/images.ts";
+import { AGENTBENCH_OS_DOCKERFILE, type ImageBuild, TRAINER_CPU_BUILD_ARGS } from "../constructs/images.ts";
 import { type ContainerEngine, engineExec } from "./engine.ts";
 
 export const REPOSITORY_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
@@ -46,6 +46,9 @@ export async function plannedImages(configFile = PLAN_CONFIG, root = REPOSITORY_
     const { compute } = buildAgentRlApp(app, { config: await loadConfig(configFile), repositoryRoot: root });
     const planned = new Map<string, PlannedImage>();
     for (const build of compute.images.builds) {
+      // AgentBench's OS episode images come from ubuntu on a registry; offline, `--agentbench-os`
+      // builds their Debian stand-in instead.
+      if (build.file === AGENTBENCH_OS_DOCKERFILE) continue;
       // Both trainer builds (GPU, and the CPU variant a sweep uses) are the CPU variant here.
       const cpuTrainer = build.file === "trainer-image/Dockerfile";
       const name = cpuTrainer

@@ -88,6 +88,13 @@ export function processRunner(): RoleRunner {
   const network = async (definition: TaskRoleDefinition): Promise<Record<string, string>> => ({
     ...("AGENTRL_PORT" in definition.environment ? { AGENTRL_PORT: String(await portOf(definition.key)) } : {}),
     AGENTRL_HOST: "127.0.0.1",
+    // every task has /metrics on the same port of its own ENI; processes of one host each need their own
+    ...("AGENTRL_METRICS_PORT" in definition.environment
+      ? {
+          AGENTRL_METRICS_PORT: String(await portOf(`${definition.key}:metrics`)),
+          AGENTRL_METRICS_HOST: "127.0.0.1",
+        }
+      : {}),
     ...("AGENTRL_CONTROLLER_URL" in definition.environment ? { AGENTRL_CONTROLLER_URL: await url("controller") } : {}),
     ...(definition.role === "env" ? { AGENTRL_ADVERTISE_HOST: "127.0.0.1" } : {}),
     ...(definition.role === "rollout" || definition.role === "gateway"

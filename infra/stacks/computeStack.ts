@@ -1,4 +1,4 @@
-import { ArnFormat, CfnParameter, Fn, Stack, type StackProps } from "aws-cdk-lib";
+import { ArnFormat, CfnOutput, CfnParameter, Fn, Stack, type StackProps } from "aws-cdk-lib";
 import * as ec2 from "aws-cdk-lib/aws-ec2";
 import * as ecs from "aws-cdk-lib/aws-ecs";
 import * as iam from "aws-cdk-lib/aws-iam";
@@ -13,8 +13,10 @@ import { AgentCluster } from "../constructs/cluster.ts";
 import { RoleImages } from "../constructs/images.ts";
 import type { QueueWithDlq } from "../constructs/messaging.ts";
 import { addMysqlSidecar, needsMysql } from "../constructs/mysqlSidecar.ts";
+import { addHostContainerRuntime, needsContainerRuntime, sandboxWorkerReservation } from "../constructs/osSandbox.ts";
 import { type GrantTargets, grantRoleAccess } from "../constructs/roleGrants.ts";
 import { RoleService } from "../constructs/roleService.ts";
+import { SandboxHosts } from "../constructs/sandboxHosts.ts";
 import { requireRange } from "../constructs/validate.ts";
 
 /** The queues compute roles use (from the Messaging construct). */
@@ -46,6 +48,12 @@ export interface ComputeStackProps extends StackProps {
   readonly rolloutMaxWorkers?: number;
   /** @default - 1 */
   readonly natGateways?: number;
+  /**
+   * Default of the `SandboxInstanceType` stack parameter: the CPU hosts of the AgentBench OS tasks'
+   * env workers, made only when an os-* task is in the mix.
+   * @default - "m6i.2xlarge" (8 vCPU, 32 GiB)
+   */
+  readonly sandboxInstanceType?: string;
 }
 
 /** Port of env workers and policy servers inside their tasks (each task has its own ENI). */
@@ -53,6 +61,8 @@ export const ENV_WORKER_PORT = 5021;
 export const POLICY_SERVER_PORT = 8000;
 /** Port of the gateway when `gateway.port` is 0 (any free port locally). */
 export const GATEWAY_PORT = 8080;
+/** Port of every role's Prometheus /metrics inside its task (OpenTelemetry's Prometheus exporter's). */
+export const METRICS_PORT = 9464;
 const NAMESPACE = "agentrl.local";
 
 /**
@@ -74,6 +84,8 @@ export class ComputeStack extends Stack {
   readonly rollout: RoleService;
   /** The gateway (functions/gateway/), when the config sets `gateway.port`. */
   readonly gateway: RoleService | undefined;
+  /** Hosts of the OS tasks' env workers (a container per episode), when an os-* task is in the mix. */
+  readonly sandboxHosts: SandboxHosts | undefined;
 
   constructor(scope: Construct, id: string, props: ComputeStackProps) {
     super(scope, id, props);
@@ -155,7 +167,11 @@ export class ComputeStack extends Stack {
     const envWorkers = new Map<string, RoleService>();
     let mysqlSecret: ecs.Secret | undefined;
     const envPools = new Map<string, RoleService>();
+    let sandboxHosts: SandboxHosts | undefined;
     for (const entry of config.tasks.mix) {
+      // The OS tasks start a container per episode, which Fargate cannot: they get EC2 hosts.
+      const sandboxed = needsContainerRuntime(entry.name);
+      if (sandboxed) sandboxHosts ??= this.sandboxHostsFor(props);
       const worker = new RoleService(this, `Env-${entry.name}`, {
         cluster: this.cluster,
         image: this.images.env(entry.name),
@@ -167,10 +183,22 @@ export class ComputeStack extends Stack {
           AGENTRL_PORT: String(ENV_WORKER_PORT),
         } satisfies ContainerEnvInputOf<"env">,
         secrets: { AGENTRL_ENV_SECRET: envSecret },
-        placement: { kind: "fargate", cpu: 1024, memoryMiB: 2048 },
+        placement:
+          sandboxHosts && sandboxed
+            ? {
+                kind: "ec2",
+                capacityProvider: sandboxHosts.capacityProvider,
+                ...sandboxWorkerReservation(entry.concurrency),
+              }
+            : { kind: "fargate", cpu: 1024, memoryMiB: 2048 },
         port: ENV_WORKER_PORT,
         launchedBy: "pool",
       });
+      if (sandboxed)
+        addHostContainerRuntime(worker, {
+          default: this.images.agentBenchOs("default"),
+          packages: this.images.agentBenchOs("packages"),
+        });
       if (needsMysql(entry.name)) {
         mysqlSecret ??= sharedSecret("MysqlSecret", "agentrl: dbbench env tasks' MySQL sidecar root password");
         addMysqlSidecar(worker, mysqlSecret);
@@ -194,7 +222,8 @@ export class ComputeStack extends Stack {
             this.cluster.vpc.privateSubnets.map((subnet) => subnet.subnetId),
           ),
           AGENTRL_ENV_SECURITY_GROUPS: worker.securityGroup.securityGroupId,
-          AGENTRL_ENV_CAPACITY_PROVIDER: "FARGATE",
+          AGENTRL_ENV_CAPACITY_PROVIDER:
+            sandboxHosts && sandboxed ? sandboxHosts.capacityProvider.capacityProviderName : "FARGATE",
         } satisfies ContainerEnvInputOf<"envpool">,
         secrets: { AGENTRL_CONTROLLER_SECRET: controllerSecret },
         placement: { kind: "fargate", cpu: 256, memoryMiB: 512 },
@@ -207,6 +236,7 @@ export class ComputeStack extends Stack {
     }
     this.envWorkers = envWorkers;
     this.envPools = envPools;
+    this.sandboxHosts = sandboxHosts;
 
     // The GPU roles' image follows policy.backend: CUDA + tfjs-node-gpu, or Vulkan + Dawn for webgpu.
     const modelImage = this.images.modelImage(config.policy.backend);
@@ -273,6 +303,16 @@ export class ComputeStack extends Stack {
         ? undefined
         : this.gatewayService(config, common, policyUrl, policyApiKey, sharedSecret);
 
+    // Every role's /metrics on a port of its own, for scrapers inside the VPC (docs/tracking.md).
+    const metricsToken = sharedSecret(
+      "MetricsToken",
+      "agentrl: Prometheus scrapers of /metrics (AGENTRL_METRICS_TOKEN)",
+    );
+    // The scraper reads this secret itself (docs/tracking.md, "On AWS").
+    new CfnOutput(this, "MetricsTokenSecretArn", {
+      value: (this.node.findChild("MetricsToken") as secretsmanager.Secret).secretArn,
+      description: "Secrets Manager secret holding AGENTRL_METRICS_TOKEN, the bearer token of every role's /metrics",
+    });
     const features = accessFeaturesOf(config);
     for (const service of [
       ...(this.gateway ? [this.gateway] : []),
@@ -287,6 +327,7 @@ export class ComputeStack extends Stack {
     ]) {
       grantRoleAccess(service.taskRole, forFeatures(ROLE_ACCESS[service.role], features), targets);
       service.acknowledgeGrantWildcards();
+      service.exposeMetrics(METRICS_PORT, metricsToken, ec2.Peer.ipv4(this.cluster.vpc.vpcCidrBlock));
     }
   }
 
@@ -341,6 +382,20 @@ export class ComputeStack extends Stack {
       },
     ]);
     return gateway;
+  }
+
+  /** The OS tasks' sandbox hosts, with their instance type as a stack parameter. */
+  private sandboxHostsFor(props: ComputeStackProps): SandboxHosts {
+    const instanceType = new CfnParameter(this, "SandboxInstanceType", {
+      type: "String",
+      default: props.sandboxInstanceType ?? "m6i.2xlarge",
+      allowedPattern: "^[a-z][a-z0-9-]*\\.[a-z0-9]+$",
+      description: "EC2 instance type of the hosts that run the AgentBench OS tasks' episode containers",
+    });
+    return new SandboxHosts(this, "OsSandboxHosts", {
+      cluster: this.cluster,
+      instanceType: instanceType.valueAsString,
+    });
   }
 
   /**

@@ -25,6 +25,9 @@ export const CONTAINER_ROLES = [
 export const ContainerRole = z.enum(CONTAINER_ROLES);
 export type ContainerRole = z.infer<typeof ContainerRole>;
 
+/** What ECS allows in a capacity provider's name (FARGATE and FARGATE_SPOT are two such names). */
+export const CAPACITY_PROVIDER = /^[A-Za-z0-9_-]{1,255}$/;
+
 const nonEmpty = z.string().trim().min(1, "must not be empty");
 const httpUrl = z.url({ protocol: /^https?$/, error: "must be an http(s) URL" });
 const port = z.coerce
@@ -64,8 +67,17 @@ const resources = {
 /** Interface servers bind to; tasks need 0.0.0.0 (their ENI), local runs and tests 127.0.0.1. */
 const host = z.string().trim().min(1, "must not be empty").default("0.0.0.0");
 
+/**
+ * Prometheus /metrics of every role on a port of its own (ECS tasks set both; the scrape token
+ * comes as the AGENTRL_METRICS_TOKEN secret). Unset: no listener beyond a role's own port.
+ */
+const metricsListener = {
+  AGENTRL_METRICS_PORT: port.optional(),
+  AGENTRL_METRICS_HOST: nonEmpty.optional(),
+};
+
 const pipelineRole = <R extends ContainerRole, S extends z.ZodRawShape>(role: R, shape: S) =>
-  z.object({ AGENTRL_ROLE: z.literal(role), ...configSource, ...resources, ...shape });
+  z.object({ AGENTRL_ROLE: z.literal(role), ...configSource, ...resources, ...metricsListener, ...shape });
 
 /** One variant per role; zod reports failures at the variable's name. */
 export const ContainerEnv = z.discriminatedUnion(
@@ -85,6 +97,10 @@ export const ContainerEnv = z.discriminatedUnion(
         .string()
         .regex(/^mysql:\/\//, "must be a mysql:// URL")
         .optional(),
+      /** Image of AgentBench's `default` OS subtype (the os-* tasks). @default the local stand-in */
+      AGENTRL_OS_IMAGE_DEFAULT: nonEmpty.optional(),
+      /** Image of AgentBench's `packages` OS subtype (the os-* tasks). @default the local stand-in */
+      AGENTRL_OS_IMAGE_PACKAGES: nonEmpty.optional(),
     }),
     pipelineRole("envpool", {
       /** Task whose workers this pool manages; must be in the config's task mix. */
@@ -97,8 +113,16 @@ export const ContainerEnv = z.discriminatedUnion(
       AGENTRL_ENV_SUBNETS: nonEmpty,
       /** Comma-separated security group ids of the env tasks. */
       AGENTRL_ENV_SECURITY_GROUPS: nonEmpty,
+      /**
+       * FARGATE, FARGATE_SPOT, or the name of one of the cluster's EC2 capacity providers (the OS
+       * tasks' sandbox hosts, whose workers start episode containers on the host's Docker).
+       */
       AGENTRL_ENV_CAPACITY_PROVIDER: z
-        .enum(["FARGATE", "FARGATE_SPOT"], { error: "must be FARGATE or FARGATE_SPOT" })
+        .string()
+        .regex(
+          CAPACITY_PROVIDER,
+          "must be FARGATE, FARGATE_SPOT or a capacity provider name (1-255 letters, digits, '-' or '_')",
+        )
         .default("FARGATE"),
     }),
     pipelineRole("policy", {

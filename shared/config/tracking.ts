@@ -41,6 +41,29 @@ export const TrackingConfig = z
       .strict()
       .optional()
       .describe("MLflow over its REST API (unset: off)"),
+    wandb: z
+      .object({
+        project: z
+          .string()
+          .min(1)
+          .max(128)
+          .regex(/^[^/\\#?%:]+$/, "must not contain / \\ # ? % or :")
+          .describe("W&B project (created when missing); the run is named after experimentId"),
+        entity: z
+          .string()
+          .min(1)
+          .optional()
+          .describe("W&B entity (user or team) that owns the project (default: the API key's default entity)"),
+        baseUrl: z
+          .url({ protocol: /^https?$/ })
+          .optional()
+          .describe(
+            "W&B API host (default: WANDB_BASE_URL, else https://api.wandb.ai); the API key comes only from WANDB_API_KEY",
+          ),
+      })
+      .strict()
+      .optional()
+      .describe("Weights & Biases over its HTTP API: GraphQL upsertBucket + file_stream (unset: off)"),
     queueLimit: z
       .number()
       .int()

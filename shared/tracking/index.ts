@@ -6,6 +6,7 @@ import { readTrackerLinks, writeTrackerLinks } from "./links.ts";
 import { MlflowSink, mlflowCredentialsFromEnv } from "./mlflow.ts";
 import { StoreTensorBoardSink, TensorBoardSink } from "./tensorboard.ts";
 import { FanOutTracker, QueuedTracker, type Tracker, type TrackerSink } from "./tracker.ts";
+import { WANDB_DEFAULT_BASE_URL, WandbSink } from "./wandb.ts";
 
 export * from "./links.ts";
 export type { RunStatus, Tracker } from "./tracker.ts";
@@ -60,6 +61,24 @@ export function openTrackers(config: TrackingConfig, options: OpenTrackersOption
             ...readTrackerLinks(options.runFolder),
             mlflow: { trackingUri, ...run },
           }),
+      }),
+    );
+  }
+  if (config.wandb) {
+    const { project, entity } = config.wandb;
+    const baseUrl = config.wandb.baseUrl ?? options.env.WANDB_BASE_URL ?? WANDB_DEFAULT_BASE_URL;
+    const earlier = readTrackerLinks(options.runFolder).wandb;
+    const same = earlier?.baseUrl === baseUrl.replace(/\/+$/, "") && earlier.project === project;
+    sinks.push(
+      new WandbSink({
+        baseUrl,
+        project,
+        ...(entity ? { entity } : {}),
+        apiKey: options.env.WANDB_API_KEY,
+        displayName: options.runName,
+        ...(same ? { resumeRunId: earlier.runId } : {}),
+        ...(options.fetch ? { fetch: options.fetch } : {}),
+        onRun: (run) => writeTrackerLinks(options.runFolder, { ...readTrackerLinks(options.runFolder), wandb: run }),
       }),
     );
   }

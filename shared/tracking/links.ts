@@ -4,11 +4,14 @@ import { z } from "zod";
 
 /**
  * `<run folder>/trackers.json`: the tracker runs this run writes to. The viewer and the report
- * link each step to them, and a restarted trainer continues the same MLflow run.
+ * link each step to them, and a restarted trainer continues the same MLflow and W&B runs.
  */
 export const TrackerLinks = z.object({
   mlflow: z
     .object({ trackingUri: z.string(), experimentId: z.string(), runId: z.string(), url: z.string() })
+    .optional(),
+  wandb: z
+    .object({ baseUrl: z.string(), entity: z.string(), project: z.string(), runId: z.string(), url: z.string() })
     .optional(),
 });
 export type TrackerLinks = z.infer<typeof TrackerLinks>;

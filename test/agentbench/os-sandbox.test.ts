@@ -1,9 +1,18 @@
 import { spawn, spawnSync } from "node:child_process";
 import { rmSync, writeFileSync } from "node:fs";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ContainerBackend, detectContainerCli, type Sandbox } from "../../env-images/osbench/sandbox.ts";
+import {
+  CONTAINER_WORKER,
+  ContainerBackend,
+  detectContainerCli,
+  type Sandbox,
+  WORKER_ID,
+  workerIdentity,
+} from "../../env-images/osbench/sandbox.ts";
 import { AGENTBENCH_OS_IMAGES } from "../../shared/agentbench/osImages.ts";
 import { requireOrSkip } from "./support.ts";
 
@@ -137,6 +146,22 @@ describe.skipIf(!ready)("container sandboxes", () => {
     expect(containersNamed(cli!, id)).toBe("");
   }, 120_000);
 
+  it("an ECS worker's containers, labelled with its own container, are swept once that container is gone", async () => {
+    // The "worker task" is a container of this engine, as an ECS worker's is on its host's daemon.
+    const worker = await backend.start({ image: image!, network: false, task: "test" });
+    const ecsWorker = new ContainerBackend(cli!, undefined, {}, `${CONTAINER_WORKER}${worker.id}`);
+    const episode = await ecsWorker.start({ image: image!, network: false, task: "test" });
+    try {
+      await backend.sweepOrphans();
+      expect(containersNamed(cli!, episode.id)).toBe(episode.id);
+      await worker.close();
+      expect(await backend.sweepOrphans()).toBeGreaterThanOrEqual(1);
+      expect(containersNamed(cli!, episode.id)).toBe("");
+    } finally {
+      await Promise.all([worker.close(), episode.close()]);
+    }
+  }, 120_000);
+
   it("reads nothing of the host: its files, its processes, its disks, its hostname; mounting is refused", async () => {
     const marker = join(tmpdir(), `agentrl-host-marker-${process.pid}`);
     writeFileSync(marker, "host secret\n");
@@ -206,3 +231,48 @@ async function waitUntil(check: () => boolean, timeoutMs: number): Promise<void>
     await new Promise((resolve) => setTimeout(resolve, 100));
   }
 }
+
+describe("workerIdentity", () => {
+  /** A local stand-in for the ECS task metadata endpoint (v4): the container's own document. */
+  async function metadataEndpoint(status: number, body: unknown): Promise<{ url: string; close: () => void }> {
+    const server = createServer((_request, response) => {
+      response.writeHead(status, { "content-type": "application/json" });
+      response.end(JSON.stringify(body));
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const { port } = server.address() as AddressInfo;
+    return { url: `http://127.0.0.1:${port}/v4/abc`, close: () => server.close() };
+  }
+
+  it("is host and pid outside ECS", async () => {
+    expect(await workerIdentity({})).toBe(WORKER_ID);
+    expect(WORKER_ID).toBe(`${hostname()}:${process.pid}`);
+  });
+
+  it("is the worker's own Docker container on ECS", async () => {
+    const dockerId = "3f2a9c0d1e4b5a6f7081928374655647382910abcdef0123456789abcdef0123";
+    const endpoint = await metadataEndpoint(200, { DockerId: dockerId, Name: "Role", Labels: {} });
+    try {
+      expect(await workerIdentity({ ECS_CONTAINER_METADATA_URI_V4: endpoint.url })).toBe(`container:${dockerId}`);
+    } finally {
+      endpoint.close();
+    }
+  });
+
+  it("says what was wrong when the endpoint gives no container id", async () => {
+    const endpoint = await metadataEndpoint(200, { Name: "Role" });
+    try {
+      await expect(workerIdentity({ ECS_CONTAINER_METADATA_URI_V4: endpoint.url })).rejects.toThrow(
+        /gave no DockerId: DockerId: /,
+      );
+    } finally {
+      endpoint.close();
+    }
+    const failing = await metadataEndpoint(500, {});
+    try {
+      await expect(workerIdentity({ ECS_CONTAINER_METADATA_URI_V4: failing.url })).rejects.toThrow(/answered 500/);
+    } finally {
+      failing.close();
+    }
+  });
+});

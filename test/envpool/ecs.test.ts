@@ -255,6 +255,33 @@ describe("ECS driver on moto", () => {
     expect(inputs[0]).not.toHaveProperty("launchType");
   });
 
+  it("launches on a named EC2 capacity provider (the OS tasks' sandbox hosts) through the strategy", async () => {
+    const inputs: unknown[] = [];
+    const onHosts = new EcsDriver({
+      ecs: {
+        ...sdkEcsCalls(ecs),
+        runTask: async (input) => {
+          inputs.push(input);
+          return { tasks: [{ taskArn: "arn:aws:ecs:x:1:task/c/2" }], $metadata: {} };
+        },
+      },
+      cluster: CLUSTER,
+      taskDefinition: family,
+      subnets: [network.subnet],
+      securityGroups: [network.group],
+      capacityProvider: "AgentRlCompute-OsSandboxHostsCapacity1A2B3C",
+      experimentId: "exp-a",
+      task: "os-std",
+      log,
+    });
+    await onHosts.launch({ concurrency: 4 });
+    expect(inputs[0]).toMatchObject({
+      capacityProviderStrategy: [{ capacityProvider: "AgentRlCompute-OsSandboxHostsCapacity1A2B3C", weight: 1 }],
+      networkConfiguration: { awsvpcConfiguration: { subnets: [network.subnet], securityGroups: [network.group] } },
+    });
+    expect(inputs[0]).not.toHaveProperty("launchType");
+  });
+
   it("lets a restarted pool manager adopt the tasks ListTasks reports instead of launching more", async () => {
     const controller: RunningController = await startController({ port: 0, log });
     const options = {

@@ -1,6 +1,6 @@
 import type { Template } from "aws-cdk-lib/assertions";
 import { beforeAll, describe, expect, it } from "vitest";
-import { GATEWAY_PORT } from "../../infra/stacks/computeStack.ts";
+import { GATEWAY_PORT, METRICS_PORT } from "../../infra/stacks/computeStack.ts";
 import { ContainerEnv } from "../../shared/config/containerEnv.ts";
 import { parseConfig } from "../../shared/config/index.ts";
 import { permissionsOf, ROLE_ACCESS } from "../../shared/config/roleAccess.ts";
@@ -51,7 +51,8 @@ describe("gateway in the compute stack", () => {
     expect(parsed.success, parsed.error?.message).toBe(true);
     expect(env.AGENTRL_PORT).toBe(String(GATEWAY_PORT));
     expect(env.AGENTRL_POLICY_CURRENT_URL).toMatch(/^http:\/\/policy-current\./);
-    expect(task?.container.PortMappings?.map((p) => p.ContainerPort)).toEqual([GATEWAY_PORT]);
+    // its API port, and /metrics on a port of its own
+    expect(task?.container.PortMappings?.map((p) => p.ContainerPort)).toEqual([GATEWAY_PORT, METRICS_PORT]);
     expect(JSON.parse(env.AGENTRL_CONFIG_JSON as string)).toEqual(parseConfig(withGateway));
   });
 
@@ -59,6 +60,7 @@ describe("gateway in the compute stack", () => {
     const task = gatewayTask(compute);
     expect(task?.container.Secrets?.map((s) => s.Name).sort()).toEqual([
       "AGENTRL_GATEWAY_ADMIN_KEY",
+      "AGENTRL_METRICS_TOKEN",
       "AGENTRL_POLICY_API_KEY",
     ]);
     for (const secret of task?.container.Secrets ?? []) expect(JSON.stringify(secret.ValueFrom)).toMatch(/Ref/);
@@ -72,7 +74,7 @@ describe("gateway in the compute stack", () => {
       );
     expect(holders.map(([id]) => id)).toEqual([task?.id]);
     const secrets = resources(compute).filter(([, r]) => r.Type === "AWS::SecretsManager::Secret");
-    expect(secrets).toHaveLength(4);
+    expect(secrets).toHaveLength(5); // env, controller, policy, metrics, gateway admin
     for (const [, secret] of secrets) expect(secret.Properties.SecretString).toBeUndefined();
   });
 

@@ -77,7 +77,7 @@ describe("the dbbench env tasks' MySQL sidecar", () => {
   it("leaves other tasks with their one container, makes one secret for both dbbench tasks, and passes cdk-nag", () => {
     expect(containersOf("db")).toHaveLength(1);
     const secrets = Object.values(compute).filter((r) => r.Type === "AWS::SecretsManager::Secret");
-    expect(secrets).toHaveLength(4);
+    expect(secrets).toHaveLength(5); // env, controller, policy, metrics, MySQL
     expect(nag.unsuppressed).toEqual([]);
   });
 

@@ -9,6 +9,7 @@ import {
   resolveIntrinsics,
   taskRoleDefinitions,
 } from "../../infra/rehearse/template.ts";
+import { METRICS_PORT } from "../../infra/stacks/computeStack.ts";
 import { ContainerEnv, type ContainerRole } from "../../shared/config/containerEnv.ts";
 import { parseConfig, TASK_NAMES } from "../../shared/config/index.ts";
 import { accessFeaturesOf, forFeatures, permissionsOf, ROLE_ACCESS } from "../../shared/config/roleAccess.ts";
@@ -207,18 +208,19 @@ describe("compute stack", () => {
   it("injects the shared secrets from Secrets Manager by ARN: no secret value or secret variable in any template", () => {
     const resources = templates.compute.toJSON().Resources as Record<string, Resource>;
     const secrets = Object.entries(resources).filter(([, r]) => r.Type === "AWS::SecretsManager::Secret");
-    expect(secrets).toHaveLength(3);
+    expect(secrets).toHaveLength(4); // env, controller, policy, metrics
     for (const [, secret] of secrets) {
       expect(secret.Properties.GenerateSecretString).toBeDefined();
       expect(secret.Properties.SecretString).toBeUndefined();
     }
+    // every role also holds the scrape token of its /metrics
     const expected: Record<string, string[]> = {
-      controller: ["AGENTRL_CONTROLLER_SECRET", "AGENTRL_ENV_SECRET"],
-      "env:db": ["AGENTRL_ENV_SECRET"],
-      "envpool:db": ["AGENTRL_CONTROLLER_SECRET"],
-      "policy:current": ["AGENTRL_POLICY_API_KEY"],
-      rollout: ["AGENTRL_CONTROLLER_SECRET", "AGENTRL_POLICY_API_KEY"],
-      trainer: [],
+      controller: ["AGENTRL_CONTROLLER_SECRET", "AGENTRL_ENV_SECRET", "AGENTRL_METRICS_TOKEN"],
+      "env:db": ["AGENTRL_ENV_SECRET", "AGENTRL_METRICS_TOKEN"],
+      "envpool:db": ["AGENTRL_CONTROLLER_SECRET", "AGENTRL_METRICS_TOKEN"],
+      "policy:current": ["AGENTRL_METRICS_TOKEN", "AGENTRL_POLICY_API_KEY"],
+      rollout: ["AGENTRL_CONTROLLER_SECRET", "AGENTRL_METRICS_TOKEN", "AGENTRL_POLICY_API_KEY"],
+      trainer: ["AGENTRL_METRICS_TOKEN"],
     };
     const roles = taskDefinitionsByRole(templates.compute);
     for (const [key, names] of Object.entries(expected)) {
@@ -231,6 +233,43 @@ describe("compute stack", () => {
     }
     for (const template of Object.values(templates))
       expect(JSON.stringify(template.toJSON())).not.toMatch(/"SecretString"|AGENTRL_ENV_SECRET=/);
+  });
+
+  it("serves every role's /metrics on a port of its own behind the scrape token, reachable only from inside the VPC", () => {
+    const roles = taskDefinitionsByRole(templates.compute);
+    expect(roles.size).toBeGreaterThan(8);
+    for (const [key, { container, env }] of roles) {
+      expect(env.AGENTRL_METRICS_PORT, key).toBe(String(METRICS_PORT));
+      expect(env.AGENTRL_METRICS_HOST, key).toBe("0.0.0.0");
+      const mapped = (container as { PortMappings?: Array<{ ContainerPort: number }> }).PortMappings ?? [];
+      expect(
+        mapped.map((p) => p.ContainerPort),
+        key,
+      ).toContain(METRICS_PORT);
+      expect((container as { DockerLabels?: Record<string, string> }).DockerLabels, key).toMatchObject({
+        ECS_PROMETHEUS_EXPORTER_PORT: String(METRICS_PORT),
+        ECS_PROMETHEUS_METRICS_PATH: "/metrics",
+      });
+    }
+    expect(templates.compute.toJSON().Outputs.MetricsTokenSecretArn.Value).toEqual({
+      Ref: expect.stringMatching(/^MetricsToken/),
+    });
+    // the metrics port opens to the VPC's CIDR and nothing else; no API port opens to a CIDR
+    const ingress = [
+      ...resourcesOf(templates.compute, "AWS::EC2::SecurityGroupIngress").map(([, r]) => r.Properties),
+      ...resourcesOf(templates.compute, "AWS::EC2::SecurityGroup").flatMap(
+        ([, r]) => (r.Properties.SecurityGroupIngress as Array<Record<string, unknown>> | undefined) ?? [],
+      ),
+    ];
+    const onMetrics = ingress.filter((rule) => rule.FromPort === METRICS_PORT);
+    expect(onMetrics.length).toBe(roles.size);
+    for (const rule of onMetrics) {
+      expect(rule.ToPort).toBe(METRICS_PORT);
+      expect(JSON.stringify(rule.CidrIp)).toMatch(/Vpc.*CidrBlock/);
+    }
+    const byCidr = ingress.filter((rule) => rule.CidrIp !== undefined && rule.FromPort !== METRICS_PORT);
+    expect(byCidr).toEqual([]);
+    expect(JSON.stringify(ingress)).not.toContain("0.0.0.0/0");
   });
 
   it("leaves env workers to their pools: no service runs them, each pool may only run, list, stop and pass its own", () => {
