@@ -1,0 +1,364 @@
+/**
+ * The copy probe: does a warm-up copy the value an observation printed into its answer, or guess
+ * one? For each checkpoint folder (a store folder with policies/vN/, as `agentrl sft --out`
+ * writes), side by side: the model's shape and size, its recipe (sft/vN.json), and per task the
+ * mean loss per token on the committed answer value against every other assistant token (fresh,
+ * seeded train-split expert episodes, not the ones it was trained on), the share of answer-value
+ * tokens it predicts with p > 0.5, and greedy success on the first N test instances (the
+ * evaluator's own code, against an in-process controller, env workers and pinned policy server).
+ * "copies" when every task's answer-value loss is within 2x of its other tokens' loss.
+ *
+ *   npm run bench:copy -- <checkpoint folder> [<folder> ...] [--n N] [--episodes E] [--json]
+ *
+ * `--n 0` skips the evaluation (`npm run bench:answer-loss` is that, the losses alone).
+ */
+import { existsSync, readFileSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { parseArgs } from "node:util";
+import { z } from "zod";
+import { evalTasks } from "../cli/launch/eval.ts";
+import { loadTaskModule } from "../env-images/registry.ts";
+import { startController } from "../functions/controller/controller.ts";
+import { evaluate } from "../functions/evaluator/evaluate.ts";
+import { ChatCodec } from "../shared/chat/index.ts";
+import { parseConfig } from "../shared/config/index.ts";
+import { serveTask } from "../shared/env/worker.ts";
+import { createLogger } from "../shared/log.ts";
+import { loadCheckpoint } from "../shared/model/checkpoint.ts";
+import { initBackend } from "../shared/model/index.ts";
+import { parameterCount } from "../shared/model/memory.ts";
+import { newestVersion } from "../shared/protocol/checkpoints.ts";
+import type { ChatMessage } from "../shared/protocol/openai.ts";
+import { LocalObjectStore } from "../shared/transport/local.ts";
+import { servePolicy } from "../trainer-image/policy-server/serve.ts";
+import { collectExpertTraces } from "../trainer-image/sft/sft.ts";
+
+/** The tasks whose answers copy an observed value (a query's result, a command's output). */
+export const TASKS = ["db", "os"] as const;
+/** Seed of the expert episodes: the same traces for every checkpoint, and for every run. */
+const SEED = 99;
+/** "copies" when the answer value costs at most this many times the other assistant tokens. */
+export const COPY_RATIO = 2;
+
+export const CopyArgs = z.object({
+  folders: z.array(z.string().min(1)).min(1, "give at least one checkpoint folder"),
+  n: z.number().int().min(0).max(10_000),
+  episodes: z.number().int().min(1).max(10_000),
+  json: z.boolean(),
+});
+export type CopyArgs = z.infer<typeof CopyArgs>;
+
+const USAGE =
+  "usage: npm run bench:copy -- <checkpoint folder> [<folder> ...] [--n N (test instances per task, 0 skips the evaluation; default 100)] [--episodes E (expert episodes per task; default 40)] [--json]";
+
+/** A command line the probe cannot run, with what was wrong and what is allowed. */
+export class CopyArgsError extends Error {
+  override readonly name = "CopyArgsError";
+}
+
+function integer(flag: string, value: string | undefined, fallback: number): number {
+  if (value === undefined) return fallback;
+  if (!/^\d+$/.test(value.trim())) throw new CopyArgsError(`${flag} must be a whole number, got "${value}"\n${USAGE}`);
+  return Number(value);
+}
+
+/** Parses and validates the command line; every folder must hold a checkpoint (policies/vN/). */
+export async function parseCopyArgs(argv: readonly string[]): Promise<CopyArgs> {
+  let parsed: ReturnType<typeof parseRaw>;
+  try {
+    parsed = parseRaw(argv);
+  } catch (error) {
+    throw new CopyArgsError(`${(error as Error).message}\n${USAGE}`);
+  }
+  const result = CopyArgs.safeParse({
+    folders: parsed.positionals,
+    n: integer("--n", parsed.values.n, 100),
+    episodes: integer("--episodes", parsed.values.episodes, 40),
+    json: parsed.values.json ?? false,
+  });
+  if (!result.success) {
+    const issue = result.error.issues[0];
+    const path = issue?.path[0] === "folders" ? "<checkpoint folder>" : `--${String(issue?.path[0])}`;
+    throw new CopyArgsError(`${path}: ${issue?.message}\n${USAGE}`);
+  }
+  for (const folder of result.data.folders) {
+    const version = existsSync(folder) ? await newestVersion(new LocalObjectStore(folder)) : undefined;
+    if (version === undefined)
+      throw new CopyArgsError(
+        `${folder} holds no checkpoint: a checkpoint folder has policies/vN/ (what \`agentrl sft --out\` writes)\n${USAGE}`,
+      );
+  }
+  return result.data;
+}
+
+function parseRaw(argv: readonly string[]) {
+  return parseArgs({
+    args: [...argv],
+    allowPositionals: true,
+    strict: true,
+    options: { n: { type: "string" }, episodes: { type: "string" }, json: { type: "boolean" } },
+  });
+}
+
+/** Loss per assistant token (nats) on the committed answer value and on everything else, for one task. */
+export interface TaskProbe {
+  readonly task: string;
+  readonly valueTokens: number;
+  readonly valueLoss: number;
+  /** Share of answer-value tokens the model gives p > 0.5. */
+  readonly confidentShare: number;
+  readonly otherTokens: number;
+  readonly otherLoss: number;
+  /** valueLoss / otherLoss. */
+  readonly ratio: number;
+  readonly verdict: "copies" | "guesses";
+  /** Greedy success on the first `n` test instances; null with --n 0. */
+  readonly greedySuccess: number | null;
+  readonly testInstances: number;
+}
+
+export interface CheckpointProbe {
+  readonly folder: string;
+  readonly version: number;
+  readonly model: {
+    readonly dModel: number;
+    readonly layers: number;
+    readonly heads: number;
+    readonly kvHeads: number;
+    readonly ffnHidden: number;
+    readonly vocabSize: number;
+    readonly parameters: number;
+  };
+  /** The `agentrl sft` command that made the version (sft/vN.json), when recorded. */
+  readonly recipe: string | null;
+  readonly tasks: readonly TaskProbe[];
+  readonly greedyAverage: number | null;
+  /** "copies" when every task copies. */
+  readonly verdict: "copies" | "guesses";
+}
+
+/** The string value of the last assistant turn's tool-call argument (the committed answer). */
+export function committedValue(messages: readonly ChatMessage[]): string | undefined {
+  const last = messages.filter((m) => m.role === "assistant").at(-1);
+  const call = last && "tool_calls" in last ? last.tool_calls?.[0] : undefined;
+  if (!call) return undefined;
+  const value = Object.values(JSON.parse(call.function.arguments) as Record<string, unknown>)[0];
+  return Array.isArray(value) ? String(value[0]) : String(value);
+}
+
+/**
+ * Where the answer value's tokens sit: its last occurrence among the loss-masked (assistant)
+ * tokens, which is the committed answer. -1 when it does not occur.
+ */
+export function answerStart(
+  tokens: readonly number[],
+  lossMask: ArrayLike<number>,
+  valueIds: readonly number[],
+): number {
+  if (valueIds.length === 0) return -1;
+  for (let i = tokens.length - valueIds.length; i >= 0; i--)
+    if (lossMask[i] === 1 && valueIds.every((id, k) => tokens[i + k] === id)) return i;
+  return -1;
+}
+
+export function verdictOf(valueLoss: number, otherLoss: number): "copies" | "guesses" {
+  return valueLoss <= COPY_RATIO * otherLoss ? "copies" : "guesses";
+}
+
+async function lossesOf(folder: string, episodes: number) {
+  const { policy, tokenizerJson } = await loadCheckpoint(new LocalObjectStore(folder), "newest");
+  const codec = ChatCodec.fromTokenizerJson(JSON.parse(tokenizerJson));
+  try {
+    const rows = [];
+    for (const name of TASKS) {
+      const { traces } = await collectExpertTraces([await loadTaskModule(name)], episodes, SEED);
+      const value = { nll: 0, count: 0, confident: 0 };
+      const other = { nll: 0, count: 0 };
+      for (const trace of traces) {
+        const { tokens, lossMask } = codec.encodeConversation(trace.messages, trace.tools);
+        const logp = policy.logProbs([Int32Array.from(tokens)], 1)[0] as Float32Array;
+        const answer = committedValue(trace.messages);
+        const valueIds = answer === undefined ? [] : codec.encode(answer);
+        const start = answerStart(tokens, lossMask, valueIds);
+        for (let i = 0; i < tokens.length; i++) {
+          if (lossMask[i] !== 1) continue;
+          const nll = -(logp[i] as number);
+          if (start >= 0 && i >= start && i < start + valueIds.length) {
+            value.nll += nll;
+            value.count += 1;
+            if (nll < Math.log(2)) value.confident += 1;
+          } else {
+            other.nll += nll;
+            other.count += 1;
+          }
+        }
+      }
+      const valueLoss = value.nll / Math.max(1, value.count);
+      const otherLoss = other.nll / Math.max(1, other.count);
+      rows.push({
+        task: name,
+        valueTokens: value.count,
+        valueLoss,
+        confidentShare: value.confident / Math.max(1, value.count),
+        otherTokens: other.count,
+        otherLoss,
+        ratio: valueLoss / Math.max(otherLoss, Number.MIN_VALUE),
+        verdict: verdictOf(valueLoss, otherLoss),
+      });
+    }
+    return rows;
+  } finally {
+    policy.dispose();
+  }
+}
+
+/**
+ * Greedy success per task on the first `n` test instances: the evaluator's `evaluate` against an
+ * in-process controller, one env worker per task and a policy server pinned to the folder's
+ * newest version, as `agentrl eval --policy <v> --tasks db os --n N` runs them as processes.
+ */
+async function greedyOf(folder: string, n: number): Promise<Map<string, { success: number; episodes: number }>> {
+  const config = parseConfig({ policy: { init: resolve(folder), backend: "wasm" } });
+  const log = createLogger({ role: "copy-probe" });
+  const concurrency = 8;
+  const controller = await startController({ port: 0 });
+  const workers = [];
+  try {
+    for (const name of TASKS)
+      workers.push(
+        await serveTask(await loadTaskModule(name), { controllerUrl: controller.url, heartbeatMs: 200, concurrency }),
+      );
+    await Promise.all(workers.map((w) => w.heartbeat()));
+    const server = await servePolicy({
+      config,
+      pool: "current",
+      follow: false,
+      port: 0,
+      log,
+      store: new LocalObjectStore(folder),
+    });
+    try {
+      const report = await evaluate({
+        controllerUrl: controller.url,
+        policy: { url: `${server.url}/v1` },
+        policyLabel: `v${server.version()}`,
+        tasks: await evalTasks(TASKS, "test", n),
+        split: "test",
+        concurrency,
+        maxTokensPerTurn: config.rollout.maxTokensPerTurn,
+        log,
+      });
+      return new Map(report.tasks.map((t) => [t.task, { success: t.success, episodes: t.episodes }]));
+    } finally {
+      await server.close();
+    }
+  } finally {
+    for (const worker of workers) await worker.close();
+    await controller.close();
+  }
+}
+
+function recipeOf(folder: string, version: number): string | null {
+  const file = join(folder, "sft", `v${version}.json`);
+  if (!existsSync(file)) return null;
+  const recipe = (JSON.parse(readFileSync(file, "utf8")) as { recipe?: unknown }).recipe;
+  return typeof recipe === "string" ? recipe : null;
+}
+
+/** Probes one checkpoint folder: its newest version's losses, and greedy success unless n is 0. */
+export async function probeCheckpoint(
+  folder: string,
+  options: { n: number; episodes: number },
+): Promise<CheckpointProbe> {
+  const store = new LocalObjectStore(folder);
+  const loaded = await loadCheckpoint(store, "newest");
+  const { config, manifest } = loaded;
+  loaded.policy.dispose();
+  const losses = await lossesOf(folder, options.episodes);
+  const greedy = options.n > 0 ? await greedyOf(folder, options.n) : undefined;
+  const tasks = losses.map((row) => {
+    const result = greedy?.get(row.task);
+    return { ...row, greedySuccess: result?.success ?? null, testInstances: result?.episodes ?? 0 };
+  });
+  return {
+    folder,
+    version: manifest.version,
+    model: {
+      dModel: config.dModel,
+      layers: config.layers,
+      heads: config.heads,
+      kvHeads: config.kvHeads,
+      ffnHidden: config.ffnHidden,
+      vocabSize: config.vocabSize,
+      parameters: parameterCount(config),
+    },
+    recipe: recipeOf(folder, manifest.version),
+    tasks,
+    greedyAverage: greedy ? tasks.reduce((sum, t) => sum + (t.greedySuccess ?? 0), 0) / tasks.length : null,
+    verdict: tasks.every((t) => t.verdict === "copies") ? "copies" : "guesses",
+  };
+}
+
+const percent = (share: number | null) => (share === null ? "–" : (100 * share).toFixed(1));
+
+/** The probes side by side: one row per checkpoint, per task the losses, confident share and greedy success. */
+export function copyTable(probes: readonly CheckpointProbe[], options: { n: number; episodes: number }): string {
+  const head = [
+    "checkpoint",
+    "model",
+    "params",
+    ...TASKS.flatMap((t) => [`${t} value / other loss`, `${t} ratio`, `${t} p > 0.5`, `${t} greedy %`]),
+    "avg greedy %",
+    "verdict",
+    "recipe",
+  ];
+  const rows = probes.map((p) => [
+    `${p.folder} (v${p.version})`,
+    `d=${p.model.dModel} L=${p.model.layers} h=${p.model.heads}/${p.model.kvHeads} ffn=${p.model.ffnHidden} V=${p.model.vocabSize}`,
+    `${(p.model.parameters / 1e6).toFixed(2)}M`,
+    ...p.tasks.flatMap((t) => [
+      `${t.valueLoss.toFixed(3)} / ${t.otherLoss.toFixed(3)}`,
+      `${t.ratio.toFixed(1)}x`,
+      t.confidentShare.toFixed(2),
+      percent(t.greedySuccess),
+    ]),
+    percent(p.greedyAverage),
+    p.verdict,
+    p.recipe === null ? "–" : `\`${p.recipe.replaceAll("|", "\\|")}\``,
+  ]);
+  const caption =
+    `Copy probe: loss per assistant token (nats) on the committed answer value vs every other assistant token, ` +
+    `${options.episodes} seeded train-split expert episodes per task (seed ${SEED}); greedy success on the first ` +
+    `${options.n} test instances per task${options.n === 0 ? " (skipped)" : ""}; "copies" when every task's value loss ` +
+    `is within ${COPY_RATIO}x of its other tokens' loss.`;
+  return [
+    caption,
+    "",
+    `| ${head.join(" | ")} |`,
+    `|${head.map(() => "---").join("|")}|`,
+    ...rows.map((r) => `| ${r.join(" | ")} |`),
+  ].join("\n");
+}
+
+async function main(): Promise<void> {
+  process.env.AGENTRL_LOG_LEVEL ??= "warn";
+  let args: CopyArgs;
+  try {
+    args = await parseCopyArgs(process.argv.slice(2));
+  } catch (error) {
+    if (!(error instanceof CopyArgsError)) throw error;
+    process.stderr.write(`bench:copy: ${error.message}\n`);
+    process.exit(2);
+  }
+  await initBackend("wasm");
+  const probes: CheckpointProbe[] = [];
+  for (const folder of args.folders) probes.push(await probeCheckpoint(folder, args));
+  process.stdout.write(`${copyTable(probes, args)}\n`);
+  if (args.json)
+    process.stdout.write(
+      `${JSON.stringify({ bench: "copy", n: args.n, episodes: args.episodes, seed: SEED, checkpoints: probes })}\n`,
+    );
+}
+
+if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) await main();
