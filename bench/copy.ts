@@ -43,8 +43,8 @@ export const COPY_RATIO = 2;
 
 export const CopyArgs = z.object({
   folders: z.array(z.string().min(1)).min(1, "give at least one checkpoint folder"),
-  n: z.number().int().min(0).max(10_000),
-  episodes: z.number().int().min(1).max(10_000),
+  n: z.number().int().min(0).max(10_000, "must be at most 10000 (the first N test instances per task)"),
+  episodes: z.number().int().min(1, "must be at least 1").max(10_000, "must be at most 10000"),
   json: z.boolean(),
 });
 export type CopyArgs = z.infer<typeof CopyArgs>;

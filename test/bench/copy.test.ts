@@ -1,0 +1,157 @@
+import { mkdirSync } from "node:fs";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { beforeAll, describe, expect, it } from "vitest";
+import {
+  answerStart,
+  COPY_RATIO,
+  CopyArgsError,
+  committedValue,
+  parseCopyArgs,
+  TASKS,
+  verdictOf,
+} from "../../bench/copy.ts";
+import { runProcess } from "../support/cli.ts";
+import { buildTinyBase } from "../support/pipelineRun.ts";
+import { tempDir } from "../support/tmp.ts";
+
+const COPY = fileURLToPath(new URL("../../bench/copy.ts", import.meta.url));
+
+function copyProbe(args: readonly string[]) {
+  return runProcess(process.execPath, ["--import", "tsx", COPY, ...args], { timeoutMs: 120_000 });
+}
+
+describe("bench:copy", () => {
+  it("finds the committed value among the assistant tokens, its last occurrence, and judges by the 2x rule", () => {
+    expect(
+      committedValue([
+        { role: "user", content: "q" },
+        {
+          role: "assistant",
+          content: null,
+          tool_calls: [
+            { id: "c", type: "function", function: { name: "commit_final_answer", arguments: '{"answers":["24"]}' } },
+          ],
+        },
+      ]),
+    ).toBe("24");
+    // tokens 7 8 appear in the prompt (mask 0) and twice in assistant tokens: the last one counts.
+    expect(answerStart([7, 8, 1, 7, 8, 2, 7, 8], [0, 0, 1, 1, 1, 1, 1, 1], [7, 8])).toBe(6);
+    expect(answerStart([7, 8, 1], [0, 0, 1], [7, 8])).toBe(-1);
+    expect(answerStart([7, 8], [1, 1], [])).toBe(-1);
+    expect(verdictOf(COPY_RATIO * 0.2, 0.2)).toBe("copies");
+    expect(verdictOf(2.5, 0.2)).toBe("guesses");
+  });
+
+  describe("on a tiny checkpoint", () => {
+    let base: string;
+    beforeAll(async () => {
+      base = join(tempDir("agentrl-copy-"), "base");
+      await buildTinyBase(base);
+    }, 240_000);
+
+    it("prints one table row per checkpoint with each task's columns, and one JSON line with every field", async () => {
+      const run = await copyProbe([base, base, "--n", "1", "--episodes", "2", "--json"]);
+      expect(run.status, run.stderr).toBe(0);
+      const lines = run.stdout.trimEnd().split("\n");
+      const table = lines.filter((line) => line.startsWith("|"));
+      const head =
+        table[0]
+          ?.split("|")
+          .slice(1, -1)
+          .map((cell) => cell.trim()) ?? [];
+      expect(head.slice(0, 3)).toEqual(["checkpoint", "model", "params"]);
+      for (const task of TASKS) expect(head).toContain(`${task} greedy %`);
+      expect(head.slice(-3)).toEqual(["avg greedy %", "verdict", "recipe"]);
+      expect(table).toHaveLength(4); // header, rule, two checkpoints
+      for (const row of table.slice(2)) {
+        const cells = row.split(" | ");
+        expect(cells).toHaveLength(head.length);
+        expect(row).toContain("d=32 L=1 h=2/1 ffn=64 V=400");
+        expect(row).toMatch(/\| (copies|guesses) \| `agentrl sft --out /);
+      }
+      const json = JSON.parse(lines.at(-1) ?? "") as {
+        bench: string;
+        n: number;
+        episodes: number;
+        checkpoints: Array<{
+          folder: string;
+          version: number;
+          model: { dModel: number; parameters: number };
+          recipe: string | null;
+          greedyAverage: number | null;
+          verdict: string;
+          tasks: Array<Record<string, unknown>>;
+        }>;
+      };
+      expect(json).toMatchObject({ bench: "copy", n: 1, episodes: 2 });
+      expect(json.checkpoints).toHaveLength(2);
+      const probe = json.checkpoints[0];
+      expect(probe).toMatchObject({ folder: base, version: 0, model: { dModel: 32, parameters: 34_912 } });
+      expect(probe?.recipe).toMatch(/^agentrl sft --out /);
+      expect(probe?.greedyAverage).toBeGreaterThanOrEqual(0);
+      expect(probe?.tasks.map((t) => t.task)).toEqual([...TASKS]);
+      for (const task of probe?.tasks ?? []) {
+        expect(Object.keys(task).sort()).toEqual(
+          [
+            "confidentShare",
+            "greedySuccess",
+            "otherLoss",
+            "otherTokens",
+            "ratio",
+            "task",
+            "testInstances",
+            "valueLoss",
+            "valueTokens",
+            "verdict",
+          ].sort(),
+        );
+        expect(task.testInstances).toBe(1);
+        expect(task.valueTokens).toBeGreaterThan(0);
+        expect(task.otherTokens).toBeGreaterThan(0);
+        expect(task.verdict).toBe(verdictOf(task.valueLoss as number, task.otherLoss as number));
+      }
+      // The same seeded episodes for every checkpoint: the same folder twice gives the same losses.
+      expect(json.checkpoints[1]?.tasks).toEqual(probe?.tasks);
+    }, 180_000);
+
+    it("skips the evaluation with --n 0 (bench:answer-loss)", async () => {
+      const run = await copyProbe([base, "--n", "0", "--episodes", "1", "--json"]);
+      expect(run.status, run.stderr).toBe(0);
+      const json = JSON.parse(run.stdout.trimEnd().split("\n").at(-1) ?? "") as {
+        checkpoints: Array<{ greedyAverage: number | null; tasks: Array<{ greedySuccess: number | null }> }>;
+      };
+      expect(json.checkpoints[0]?.greedyAverage).toBeNull();
+      expect(json.checkpoints[0]?.tasks.map((t) => t.greedySuccess)).toEqual([null, null]);
+      expect(run.stdout).toMatch(/\| – \| – \| (copies|guesses) \|/);
+    }, 120_000);
+
+    it("answers a bad command line with what was wrong and what is allowed, and exits 2", async () => {
+      const empty = tempDir("agentrl-copy-empty-");
+      mkdirSync(join(empty, "policies"));
+      const cases: Array<[string[], RegExp]> = [
+        [[], /<checkpoint folder>: give at least one checkpoint folder/],
+        [[base, "--n", "ten"], /--n must be a whole number, got "ten"/],
+        [[base, "--episodes", "0"], /--episodes: must be at least 1/],
+        [[base, "--seed", "3"], /Unknown option '--seed'/],
+        [[empty], /holds no checkpoint: a checkpoint folder has policies\/vN\//],
+        [[join(empty, "missing")], /missing holds no checkpoint/],
+      ];
+      for (const [args, message] of cases) {
+        const error = await parseCopyArgs(args).then(
+          () => undefined,
+          (e: unknown) => e,
+        );
+        expect(error, args.join(" ")).toBeInstanceOf(CopyArgsError);
+        expect((error as Error).message).toMatch(message);
+        expect((error as Error).message).toContain("usage: npm run bench:copy --");
+      }
+      expect(await parseCopyArgs([base])).toEqual({ folders: [base], n: 100, episodes: 40, json: false });
+      // The command itself: the message on stderr, nothing on stdout, exit 2.
+      const run = await copyProbe([empty]);
+      expect(run.status, run.stderr).toBe(2);
+      expect(run.stderr).toMatch(/^bench:copy: .* holds no checkpoint/);
+      expect(run.stdout).toBe("");
+    }, 120_000);
+  });
+});
