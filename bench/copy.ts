@@ -6,7 +6,9 @@
  * seeded train-split expert episodes, not the ones it was trained on), the share of answer-value
  * tokens it predicts with p > 0.5, and greedy success on the first N test instances (the
  * evaluator's own code, against an in-process controller, env workers and pinned policy server).
- * "copies" when every task's answer-value loss is within 2x of its other tokens' loss.
+ * "copies" when on every task the answer value costs at most 2x the other tokens and at most ln 2
+ * nats per token (better than even odds on average: a model that learned nothing pays ln V on
+ * every token and so passes the ratio alone).
  *
  *   npm run bench:copy -- <checkpoint folder> [<folder> ...] [--n N] [--episodes E] [--json]
  *
@@ -38,8 +40,10 @@ import { collectExpertTraces } from "../trainer-image/sft/sft.ts";
 export const TASKS = ["db", "os"] as const;
 /** Seed of the expert episodes: the same traces for every checkpoint, and for every run. */
 const SEED = 99;
-/** "copies" when the answer value costs at most this many times the other assistant tokens. */
+/** "copies" when the answer value costs at most this many times the other assistant tokens… */
 export const COPY_RATIO = 2;
+/** …and at most this many nats per token (the value token better than even odds, on average). */
+export const COPY_MAX_LOSS = Math.LN2;
 
 export const CopyArgs = z.object({
   folders: z.array(z.string().min(1)).min(1, "give at least one checkpoint folder"),
@@ -163,7 +167,7 @@ export function answerStart(
 }
 
 export function verdictOf(valueLoss: number, otherLoss: number): "copies" | "guesses" {
-  return valueLoss <= COPY_RATIO * otherLoss ? "copies" : "guesses";
+  return valueLoss <= COPY_RATIO * otherLoss && valueLoss <= COPY_MAX_LOSS ? "copies" : "guesses";
 }
 
 async function lossesOf(folder: string, episodes: number) {
@@ -331,7 +335,7 @@ export function copyTable(probes: readonly CheckpointProbe[], options: { n: numb
     `Copy probe: loss per assistant token (nats) on the committed answer value vs every other assistant token, ` +
     `${options.episodes} seeded train-split expert episodes per task (seed ${SEED}); greedy success on the first ` +
     `${options.n} test instances per task${options.n === 0 ? " (skipped)" : ""}; "copies" when every task's value loss ` +
-    `is within ${COPY_RATIO}x of its other tokens' loss.`;
+    `is within ${COPY_RATIO}x of its other tokens' loss and at most ln 2 (${COPY_MAX_LOSS.toFixed(3)}) nats.`;
   return [
     caption,
     "",

@@ -41,6 +41,8 @@ describe("bench:copy", () => {
     expect(answerStart([7, 8], [1, 1], [])).toBe(-1);
     expect(verdictOf(COPY_RATIO * 0.2, 0.2)).toBe("copies");
     expect(verdictOf(2.5, 0.2)).toBe("guesses");
+    // an untrained model pays ln V on every token: the ratio alone would call that copying
+    expect(verdictOf(Math.log(1024), Math.log(1024))).toBe("guesses");
   });
 
   describe("on a tiny checkpoint", () => {
