@@ -17,7 +17,7 @@ export const DEFAULT_CALIBRATION = fileURLToPath(new URL("../../calibration/cali
 const count = (max: number) =>
   z
     .string()
-    .regex(/^\d+$/, "must be a whole number")
+    .regex(/^\d+$/, `must be a whole number from 1 to ${max.toLocaleString("en-US")}`)
     .transform(Number)
     .pipe(
       z

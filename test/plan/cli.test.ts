@@ -55,7 +55,8 @@ describe("agentrl plan", () => {
   });
 
   it.each([
-    [["--env-workers", "ten"], /--env-workers: must be a whole number \(got "ten"\)/],
+    [["--env-workers", "ten"], /--env-workers: must be a whole number from 1 to 1,000,000 \(got "ten"\)/],
+    [["--env-workers", "-3"], /--env-workers: must be a whole number from 1 to 1,000,000 \(got "-3"\)/],
     [["--trainer-gpus", "0"], /--trainer-gpus: must be at least 1 \(got "0"\)/],
     [["--policy-servers", "100001"], /--policy-servers: must be at most 100,000 \(got "100001"\)/],
     [["--decode", "a100"], /--decode: no profile "a100" in .*; allowed: tiny-cpu, default-cpu, vllm-8b-h100/],
