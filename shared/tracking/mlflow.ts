@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { type RunStatus, type TrackerRecord, TrackerRejectedError, type TrackerSink } from "./tracker.ts";
+import { httpFailure, jsonOrUndefined, type RunStatus, type TrackerRecord, type TrackerSink } from "./tracker.ts";
 
 /**
  * MLflow over its REST API (`/api/2.0/mlflow/...`), no client library: the experiment by name
@@ -219,22 +219,11 @@ export class MlflowSink implements TrackerSink {
     });
     const text = await response.text();
     if (response.ok) return text ? JSON.parse(text) : {};
-    const error = ErrorBody.safeParse(safeJson(text));
+    const error = ErrorBody.safeParse(jsonOrUndefined(text));
     const code = error.success ? error.data.error_code : undefined;
     if (code && expected.includes(code)) return undefined;
     const message = `MLflow ${path.split("?")[0]} answered HTTP ${response.status}${code ? ` ${code}` : ""}: ${(error.success && error.data.message) || text.slice(0, 300)}`;
-    // 4xx is the request's fault and will fail again; 408, 429 and 5xx may pass later
-    if (response.status >= 400 && response.status < 500 && response.status !== 408 && response.status !== 429)
-      throw new TrackerRejectedError(message);
-    throw new Error(message);
-  }
-}
-
-function safeJson(text: string): unknown {
-  try {
-    return JSON.parse(text);
-  } catch {
-    return undefined;
+    throw httpFailure(response.status, message);
   }
 }
 

@@ -56,6 +56,23 @@ export class TrackerRejectedError extends AgentRlError {
   override readonly name = "TrackerRejectedError";
 }
 
+/** The error for a tracker's failed HTTP answer: 4xx is the request's fault and will fail again;
+ * 408, 429 and 5xx may pass later, so they stay retryable. */
+export function httpFailure(status: number, message: string): Error {
+  return status >= 400 && status < 500 && status !== 408 && status !== 429
+    ? new TrackerRejectedError(message)
+    : new Error(message);
+}
+
+/** A body that may not be JSON (a proxy's HTML error page): its value, or undefined. */
+export function jsonOrUndefined(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
+
 /** What the trainer talks to: never blocks, never throws. */
 export interface Tracker {
   /** The run's configuration (flattened) and tags (git commit); once, before the first step. */

@@ -1,6 +1,13 @@
 import { randomBytes } from "node:crypto";
 import { z } from "zod";
-import { type RunStatus, type TrackerRecord, TrackerRejectedError, type TrackerSink } from "./tracker.ts";
+import {
+  httpFailure,
+  jsonOrUndefined,
+  type RunStatus,
+  type TrackerRecord,
+  TrackerRejectedError,
+  type TrackerSink,
+} from "./tracker.ts";
 
 /**
  * Weights & Biases over its HTTP API, as W&B's own clients speak it (no client library): GraphQL
@@ -349,10 +356,10 @@ export class WandbSink implements TrackerSink {
     const project = bucket.project.name;
     // a continued run: append after its lines, and skip the steps it already has
     this.historyOffset = bucket.historyLineCount ?? 0;
-    const held = z.object({ _step: z.number().int() }).safeParse(safeJson(bucket.summaryMetrics ?? "{}"));
+    const held = z.object({ _step: z.number().int() }).safeParse(jsonOrUndefined(bucket.summaryMetrics ?? "{}"));
     if (held.success) {
       this.lastStep = held.data._step;
-      this.summary = safeJson(bucket.summaryMetrics ?? "{}") as Record<string, unknown>;
+      this.summary = jsonOrUndefined(bucket.summaryMetrics ?? "{}") as Record<string, unknown>;
     }
     this.run = {
       baseUrl: this.base,
@@ -387,18 +394,7 @@ export class WandbSink implements TrackerSink {
     const text = await response.text();
     if (response.ok) return text ? JSON.parse(text) : {};
     const message = `W&B ${path.endsWith("file_stream") ? "file_stream" : path} answered HTTP ${response.status}: ${text.slice(0, 300)}`;
-    // 4xx is the request's fault and will fail again; 408, 429 and 5xx may pass later
-    if (response.status >= 400 && response.status < 500 && response.status !== 408 && response.status !== 429)
-      throw new TrackerRejectedError(message);
-    throw new Error(message);
-  }
-}
-
-function safeJson(text: string): unknown {
-  try {
-    return JSON.parse(text);
-  } catch {
-    return undefined;
+    throw httpFailure(response.status, message);
   }
 }
 
