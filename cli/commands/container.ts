@@ -8,6 +8,7 @@ import {
   type ReadS3Text,
   resolveContainerConfig,
 } from "../../shared/config/containerEnv.ts";
+import { exitOnSignalUntilHandled } from "../stopSignals.ts";
 
 /** First non-internal IPv4 address: in ECS awsvpc mode, the task's own ENI address. */
 export function taskAddress(): string {
@@ -166,7 +167,8 @@ export function register(program: Command): void {
         process.stdout.write(`${JSON.stringify({ role: env.AGENTRL_ROLE, argv })}\n`);
         return;
       }
-      // The role runs in this process (one Node per container; it handles SIGTERM itself).
+      // The role runs in this process (one Node per container; it handles SIGTERM itself once started).
+      exitOnSignalUntilHandled();
       await program.parseAsync(argv, { from: "user" });
     });
 }

@@ -1,5 +1,6 @@
 import { type Command, InvalidArgumentError } from "commander";
 import { configFromOptions, withConfigOptions } from "../options.ts";
+import { exitOnStopSignal } from "../stopSignals.ts";
 
 /** `agentrl controller`: the AgentRL-compatible environment controller (default port 5020). */
 export function register(program: Command): void {
@@ -51,10 +52,9 @@ export function register(program: Command): void {
         workerTimeoutMs: options.workerTimeoutMs,
       });
       process.stdout.write(`${JSON.stringify({ event: "listening", role: "controller", url: running.url })}\n`);
-      const scrape = await serveMetricsFromEnv(metrics, "controller", createLogger({ role: "controller" }));
-      const stop = () => void Promise.all([running.close(), scrape?.close()]).then(() => process.exit(0));
-      process.once("SIGINT", stop);
-      process.once("SIGTERM", stop);
+      const log = createLogger({ role: "controller" });
+      const scrape = await serveMetricsFromEnv(metrics, "controller", log);
+      exitOnStopSignal(() => Promise.all([running.close(), scrape?.close()]), { log });
     },
   );
 }

@@ -1,6 +1,7 @@
 import { type Command, InvalidArgumentError } from "commander";
 import { AgentRlError } from "../../shared/errors.ts";
 import { configFromOptions, withConfigOptions } from "../options.ts";
+import { exitOnStopSignal } from "../stopSignals.ts";
 import { intOption, urlOption } from "./controller.ts";
 import { registerPool } from "./envPool.ts";
 
@@ -78,10 +79,9 @@ export function register(program: Command): void {
       process.stdout.write(
         `${JSON.stringify({ event: "listening", role: "env-worker", task: name, url: worker.url, address: worker.address })}\n`,
       );
-      const scrape = await serveMetricsFromEnv(metrics, `env-${name}`, createLogger({ role: `env-${name}` }));
-      const stop = () => void Promise.all([worker.close(), scrape?.close()]).then(() => process.exit(0));
-      process.once("SIGINT", stop);
-      process.once("SIGTERM", stop);
+      const log = createLogger({ role: `env-${name}` });
+      const scrape = await serveMetricsFromEnv(metrics, `env-${name}`, log);
+      exitOnStopSignal(() => Promise.all([worker.close(), scrape?.close()]), { log });
     },
   );
 

@@ -6,6 +6,7 @@ import { AgentRlError } from "../../shared/errors.ts";
 import type { ServiceMetrics } from "../../shared/metrics.ts";
 import { startRoleMetrics, withMetricsOptions } from "../metricsOptions.ts";
 import { assertConfigFile } from "../options.ts";
+import { exitOnStopSignal } from "../stopSignals.ts";
 import { intOption, urlOption } from "./controller.ts";
 
 interface PoolCliOptions {
@@ -132,14 +133,14 @@ export function registerPool(env: Command): void {
     process.stdout.write(
       `${JSON.stringify({ event: "started", role: "envpool", task: options.task, driver: driver.kind, minWorkers, maxWorkers })}\n`,
     );
-    const stop = () =>
-      void manager
-        .close()
-        .then(() => roleMetrics?.close())
-        .then(() => transport?.close())
-        .then(() => process.exit(0));
-    process.once("SIGINT", stop);
-    process.once("SIGTERM", stop);
+    exitOnStopSignal(
+      async () => {
+        await manager.close();
+        await roleMetrics?.close();
+        await transport?.close();
+      },
+      { log },
+    );
   });
 }
 

@@ -5,6 +5,7 @@ import type { ExperimentConfig } from "../../shared/config/index.ts";
 import { ValidationError } from "../../shared/errors.ts";
 import { createLogger } from "../../shared/log.ts";
 import { configFromOptions, withConfigOptions } from "../options.ts";
+import { exitOnStopSignal } from "../stopSignals.ts";
 import { intOption } from "./controller.ts";
 import { registerHfCommands } from "./policy-hf.ts";
 import { registerMemoryCommand } from "./policy-memory.ts";
@@ -71,9 +72,7 @@ export function register(program: Command): void {
         `${JSON.stringify({ event: "listening", role: `policy-${options.pool}`, url: running.url, policyVersion: running.version() })}\n`,
       );
       const scrape = await serveMetricsFromEnv(metrics, `policy-${options.pool}`, log);
-      const stop = () => void Promise.all([running.close(), scrape?.close()]).then(() => process.exit(0));
-      process.once("SIGINT", stop);
-      process.once("SIGTERM", stop);
+      exitOnStopSignal(() => Promise.all([running.close(), scrape?.close()]), { log });
     },
   );
   registerHfCommands(policy);

@@ -1,4 +1,5 @@
 import { type Command, InvalidArgumentError } from "commander";
+import { exitOnStopSignal } from "../stopSignals.ts";
 import { intOption } from "./controller.ts";
 
 interface ViewOptions {
@@ -21,6 +22,7 @@ export function register(program: Command): void {
     .action(async (dir: string, options: ViewOptions) => {
       const { RunView } = await import("../view/runData.ts");
       const { serveViewer } = await import("../view/server.ts");
+      const { createLogger } = await import("../../shared/log.ts");
       const view = await RunView.open(dir, {
         ...(options.endpoint ? { endpoint: options.endpoint } : {}),
         ...(options.transport ? { transport: options.transport } : {}),
@@ -31,9 +33,13 @@ export function register(program: Command): void {
       );
       const running = await serveViewer(view, { port: options.port, host: options.host });
       process.stdout.write(`${running.url}\n`);
-      const stop = () => void running.close().then(() => view.close().then(() => process.exit(0)));
-      process.once("SIGINT", stop);
-      process.once("SIGTERM", stop);
+      exitOnStopSignal(
+        async () => {
+          await running.close();
+          await view.close();
+        },
+        { log: createLogger({ role: "view" }) },
+      );
     });
 }
 

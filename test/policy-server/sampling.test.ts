@@ -151,4 +151,64 @@ describe("checkpoint follower", () => {
     expect(calls).toBeGreaterThanOrEqual(3);
     expect(served).toBe(5);
   });
+
+  it("stops at once while a version is loading, and disposes that version instead of installing it", async () => {
+    let release: (() => void) | undefined;
+    const loaded = new ScriptedPolicy(1, [], { vocabSize: 300, contextLength: 64, fallback: 0 });
+    const source: PolicySource = {
+      newestVersion: async () => 1,
+      // A store that answers only when the test says so (a hung S3 GET).
+      load: (version) =>
+        new Promise((resolve) => {
+          expect(version).toBe(1);
+          release = () => resolve(loaded);
+        }),
+    };
+    const installed: number[] = [];
+    const follower = new CheckpointFollower(source, {
+      pool: "current",
+      staleEvery: 1,
+      pollSeconds: 60,
+      currentVersion: () => 0,
+      install: async (policy) => {
+        installed.push(policy.version);
+      },
+    });
+    const poll = follower.pollOnce();
+    await waitFor(() => release !== undefined, 5_000, "the load to start");
+    await follower.stop(); // would hang here if stop waited for the load
+    release?.();
+    expect(await poll).toBeUndefined();
+    expect(installed).toEqual([]);
+    expect(loaded.disposed).toBe(true);
+  });
+
+  it("waits on stop for an install under way, and settles when the server refuses it", async () => {
+    let refuse: ((error: Error) => void) | undefined;
+    const source: PolicySource = {
+      newestVersion: async () => 2,
+      load: async (version) => new ScriptedPolicy(version, [], { vocabSize: 300, contextLength: 64, fallback: 0 }),
+    };
+    const follower = new CheckpointFollower(source, {
+      pool: "current",
+      staleEvery: 1,
+      pollSeconds: 60,
+      currentVersion: () => 0,
+      install: () =>
+        new Promise<void>((_, reject) => {
+          refuse = reject;
+        }),
+    });
+    const poll = follower.pollOnce().catch((error: unknown) => error);
+    await waitFor(() => refuse !== undefined, 5_000, "the install to start");
+    let stopped = false;
+    const stopping = follower.stop().then(() => {
+      stopped = true;
+    });
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    expect(stopped, "stop waits for the install").toBe(false);
+    refuse?.(new Error("the scheduler is stopped"));
+    await stopping;
+    expect(((await poll) as Error).message).toBe("the scheduler is stopped");
+  });
 });

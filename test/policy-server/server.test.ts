@@ -271,6 +271,20 @@ describe("policy server", () => {
     expect(server.scheduler.stats().generatedTokens).toBeLessThan(CONTEXT);
   });
 
+  it("refuses a version installed while or after it closes, and disposes it (a follower's poll cannot hang a close)", async () => {
+    const { server } = await start();
+    const during = new ScriptedPolicy(1, script, { vocabSize: VOCAB, contextLength: CONTEXT, fallback: filler });
+    const after = new ScriptedPolicy(2, script, { vocabSize: VOCAB, contextLength: CONTEXT, fallback: filler });
+    // Sent in the same tick as the close: the switch is still pending when the decode loop stops.
+    const installing = server.install(during).catch((error: unknown) => error);
+    await server.close();
+    expect(((await installing) as Error).message).toMatch(/shutting down/);
+    expect(during.disposed).toBe(true);
+    await expect(server.install(after)).rejects.toThrow(/stopped/);
+    expect(after.disposed).toBe(true);
+    expect(server.version()).toBe(0);
+  });
+
   it("fails requests cleanly when the server shuts down mid-generation", async () => {
     const { server, url, policy } = await start([]);
     // Close from inside decode step 5, so the request is surely mid-generation however fast it runs.

@@ -122,6 +122,28 @@ describe("decoding in a worker thread (ThreadedScheduler)", () => {
     expect(scheduler.workerStarts).toBe(2);
     policy.dispose();
   });
+
+  it("a switch under way when it stops settles (done or refused) instead of holding the close", async () => {
+    const v0 = createPolicy(DEFAULT_SIZED, 1, { version: 0 });
+    const v1 = createPolicy(DEFAULT_SIZED, 2, { version: 1 });
+    const scheduler = threaded(v0);
+    await scheduler.ready;
+    const busy = scheduler
+      .generate({ prompt: [1, 2, 3], maxTokens: 2000, temperature: 1, topP: 1, seed: 1 })
+      .catch((error: unknown) => error);
+    await until((s) => s.active === 1, scheduler);
+    const switching = scheduler.switchPolicy(v1).then(
+      (previous) => ({ previous }),
+      (error: unknown) => ({ error: String(error) }),
+    );
+    await scheduler.stop();
+    const outcome = await switching;
+    expect([{ previous: 0 }, { error: "GenerationError: the policy server is shutting down" }]).toContainEqual(outcome);
+    expect(String(await busy)).toMatch(/shutting down/);
+    await expect(scheduler.switchPolicy(v1)).rejects.toThrow(/stopped/);
+    v0.dispose();
+    v1.dispose();
+  });
 });
 
 describe("a decode worker that cannot start", () => {

@@ -271,7 +271,13 @@ export function createPolicyServer(options: PolicyServerOptions): PolicyServer {
 
   async function install(policy: InferencePolicy): Promise<void> {
     const previous = current;
-    await scheduler.switchPolicy(policy);
+    try {
+      await scheduler.switchPolicy(policy);
+    } catch (error) {
+      // Not installed (a refused switch, or the server is stopping): nothing else holds it.
+      if (policy !== current) policy.dispose();
+      throw error;
+    }
     current = policy;
     if (previous !== policy) previous.dispose();
   }

@@ -26,7 +26,8 @@ export interface PolicySource {
 export class CheckpointFollower {
   private timer: NodeJS.Timeout | undefined;
   private stopped = false;
-  private inFlight: Promise<void> | undefined;
+  /** The install under way, if any (settles either way). */
+  private installing: Promise<void> | undefined;
 
   constructor(
     private readonly source: PolicySource,
@@ -47,11 +48,12 @@ export class CheckpointFollower {
   start(): void {
     const tick = () => {
       if (this.stopped) return;
-      this.inFlight = this.pollOnce()
-        .then(() => undefined)
-        .catch((error: unknown) => this.options.log?.warn({ err: error }, "checkpoint poll failed; retrying"))
+      this.pollOnce()
+        .catch((error: unknown) => {
+          if (this.stopped) this.options.log?.info({ err: error }, "checkpoint poll abandoned: the server is stopping");
+          else this.options.log?.warn({ err: error }, "checkpoint poll failed; retrying");
+        })
         .finally(() => {
-          this.inFlight = undefined;
           if (!this.stopped) this.timer = setTimeout(tick, this.options.pollSeconds * 1000);
         });
     };
@@ -69,14 +71,29 @@ export class CheckpointFollower {
       policy.dispose();
       return undefined;
     }
-    await this.options.install(policy);
+    const installing = this.options.install(policy);
+    this.installing = installing.then(
+      () => undefined,
+      () => undefined,
+    );
+    try {
+      await installing;
+    } finally {
+      this.installing = undefined;
+    }
     this.options.log?.info({ policyVersion: target, newest, pool: this.options.pool }, "serving new policy version");
     return target;
   }
 
+  /**
+   * Stops polling. Resolves at once while a version is still loading (it is disposed when it
+   * arrives, never installed: a slow or hung store cannot hold a shutdown), or when an install under
+   * way settles: the server confirms or, stopping, refuses it, so close the server without waiting
+   * for this first.
+   */
   async stop(): Promise<void> {
     this.stopped = true;
     if (this.timer) clearTimeout(this.timer);
-    await this.inFlight;
+    await this.installing;
   }
 }

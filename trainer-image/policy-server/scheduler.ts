@@ -171,6 +171,7 @@ export class BatchScheduler implements Generator {
    * the switch happened (the caller may then dispose the old policy).
    */
   switchPolicy(policy: InferencePolicy): Promise<number> {
+    if (this.stopped) return Promise.reject(new GenerationError("the scheduler is stopped"));
     return new Promise((resolve, reject) => {
       this.pendingPolicy?.done(-1);
       this.pendingPolicy = { policy, done: resolve, fail: reject };
@@ -210,7 +211,8 @@ export class BatchScheduler implements Generator {
     const stopped = new GenerationError("the policy server is shutting down");
     this.failAll(stopped);
     for (const pending of this.queue.splice(0)) pending.reject(stopped);
-    this.pendingPolicy?.done(-1);
+    this.pendingPolicy?.fail(stopped);
+    this.pendingPolicy = undefined;
   }
 
   private applyPendingPolicy(): void {

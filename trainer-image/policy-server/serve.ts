@@ -168,9 +168,12 @@ export async function servePolicy(options: ServePolicyOptions): Promise<RunningP
     url: http.url,
     version: server.version,
     async close() {
-      await follower.stop();
+      // The poll in flight may be installing a version: the stopping server refuses that switch,
+      // so the poll settles instead of holding the close.
+      const polled = follower.stop();
       await http.close();
       await server.close();
+      await polled;
       await transport?.close();
     },
   };

@@ -205,7 +205,11 @@ export class ThreadedScheduler implements Generator {
         await exited;
         clearTimeout(timeout);
       }
-      this.failOutstanding(new GenerationError("the policy server is shutting down"));
+      const stopped = new GenerationError("the policy server is shutting down");
+      this.failOutstanding(stopped);
+      // A switch the worker did not confirm before exiting never happened.
+      for (const pending of this.switches.values()) pending.reject(stopped);
+      this.switches.clear();
     })();
     return this.stopped;
   }
