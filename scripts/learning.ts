@@ -22,7 +22,7 @@ import { parseArgs } from "node:util";
 import { z } from "zod";
 import { loadConfig } from "../shared/config/index.ts";
 import { EvalReport } from "../shared/protocol/metrics.ts";
-import { ArmResult, table3, table4, table6 } from "./learningTables.ts";
+import { ArmResult, advantageSummary, advantageTable, table3, table4, table6 } from "./learningTables.ts";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
 
@@ -149,6 +149,13 @@ async function runArm(arm: Arm, seed: number, flags: z.infer<typeof Flags>): Pro
   const newest = reports.find((r) => !r.policy.includes("(base)"));
   if (!base || !newest)
     throw new Error(`${arm.name} seed ${seed}: the run left no closing evaluation of both base and newest`);
+  const metricsFile = join(runDir, "metrics.jsonl");
+  const steps = existsSync(metricsFile)
+    ? readFileSync(metricsFile, "utf8")
+        .split("\n")
+        .filter((line) => line.trim() !== "")
+        .map((line) => JSON.parse(line) as Record<string, unknown>)
+    : [];
   const result: ArmResult = {
     schemaVersion: 1,
     arm: arm.name,
@@ -158,6 +165,7 @@ async function runArm(arm: Arm, seed: number, flags: z.infer<typeof Flags>): Pro
     wallSeconds: (Date.now() - started) / 1000,
     base,
     newest,
+    advantages: advantageSummary(steps),
   };
   writeFileSync(resultFile(flags.out, arm.name, seed), `${JSON.stringify(result)}\n`);
   return result;
@@ -202,6 +210,9 @@ if (full.length > 0 && flags.tables.has(6)) {
     ["task advantage normalization", of("no-task-norm")],
   ]);
   sections.push(`### Table 6: ablations (greedy test success, %)\n\n${table6(full, ablations)}`);
+  sections.push(
+    `### Table 6: what each mechanism changed (token advantages, mean over steps and seeds)\n\n${advantageTable(new Map([["full", full], ...ablations]))}`,
+  );
 }
 const compute = [...results.values()].flat().reduce((s, r) => s + r.wallSeconds, 0);
 const runs = [...results.values()].flat().length;

@@ -18,8 +18,29 @@ export const ArmResult = z.object({
   wallSeconds: z.number().nonnegative(),
   base: EvalReport,
   newest: EvalReport,
+  /**
+   * Mean over the run's steps of its advantage statistics (`task/<t>/adv_*`, `pool/<p>/*`, see
+   * trainer-image/trainer/batch.ts advantageMetrics): what task normalization and the stale pool did.
+   */
+  advantages: z.record(z.string(), z.number()).optional(),
 });
 export type ArmResult = z.infer<typeof ArmResult>;
+
+const ADVANTAGE_KEY = /^(task\/[^/]+\/adv_[a-z_]+|pool\/[^/]+\/(tokens|adv_mean))$/;
+
+/** The mean over steps of each advantage statistic in metrics.jsonl lines (steps lacking a key do not count for it). */
+export function advantageSummary(lines: readonly Record<string, unknown>[]): Record<string, number> {
+  const sums = new Map<string, { sum: number; steps: number }>();
+  for (const line of lines)
+    for (const [key, value] of Object.entries(line)) {
+      if (!ADVANTAGE_KEY.test(key) || typeof value !== "number" || !Number.isFinite(value)) continue;
+      const entry = sums.get(key) ?? { sum: 0, steps: 0 };
+      entry.sum += value;
+      entry.steps += 1;
+      sums.set(key, entry);
+    }
+  return Object.fromEntries([...sums].map(([key, { sum, steps }]) => [key, sum / steps]));
+}
 
 /** Success of `task` (or "avg") in points. */
 function points(report: EvalReport, task: string): number {
@@ -126,4 +147,49 @@ export function table6(full: readonly ArmResult[], ablations: ReadonlyMap<string
     lines.push(row(`without ${label}`, results, pairs.join("; ") || "–"));
   }
   return lines.join("\n");
+}
+
+/**
+ * Table 6's mechanisms at work, per arm (mean over seeds of each run's mean over steps): per task the
+ * estimator's token advantages (mean ± std) and what the loss used, and the stale pool's share of
+ * trained tokens with the mean advantage its tokens got against the current pool's.
+ */
+export function advantageTable(arms: ReadonlyMap<string, readonly ArmResult[]>): string {
+  const withStats = [...arms].filter(([, results]) => results.some((r) => r.advantages));
+  if (withStats.length === 0) return "(no advantage statistics: runs made before they were recorded)";
+  const avg = (results: readonly ArmResult[], key: string) => {
+    const values = results.flatMap((r) => (r.advantages?.[key] === undefined ? [] : [r.advantages[key] as number]));
+    return values.length ? values.reduce((s, v) => s + v, 0) / values.length : Number.NaN;
+  };
+  const signed = (x: number) => (Number.isNaN(x) ? "–" : `${x >= 0 ? "+" : ""}${x.toFixed(3)}`);
+  const tasks = [
+    ...new Set(
+      withStats.flatMap(([, results]) =>
+        results.flatMap((r) =>
+          Object.keys(r.advantages ?? {}).flatMap((k) => /^task\/([^/]+)\/adv_raw_mean$/.exec(k)?.[1] ?? []),
+        ),
+      ),
+    ),
+  ].sort();
+  const lines = [
+    `| run | ${tasks.map((t) => `${t}: estimator mean ± std → trained mean ± std`).join(" | ")} | stale-pool tokens | stale / current mean advantage |`,
+    `|${"---|".repeat(tasks.length + 3)}`,
+  ];
+  for (const [label, results] of withStats) {
+    const cells = tasks.map((t) => {
+      const k = (name: string) => avg(results, `task/${t}/${name}`);
+      return `${signed(k("adv_raw_mean"))} ± ${fixed3(k("adv_raw_std"))} → ${signed(k("adv_mean"))} ± ${fixed3(k("adv_std"))}`;
+    });
+    const stale = avg(results, "pool/stale/tokens");
+    const current = avg(results, "pool/current/tokens");
+    const share = Number.isNaN(stale) ? 0 : stale / (stale + (Number.isNaN(current) ? 0 : current));
+    lines.push(
+      `| ${label} | ${cells.join(" | ")} | ${(share * 100).toFixed(1)}% | ${signed(avg(results, "pool/stale/adv_mean"))} / ${signed(avg(results, "pool/current/adv_mean"))} |`,
+    );
+  }
+  return lines.join("\n");
+}
+
+function fixed3(x: number): string {
+  return Number.isNaN(x) ? "–" : x.toFixed(3);
 }

@@ -179,6 +179,37 @@ describe("prepareBatch: staleness and advantages", () => {
     expect(kept.rows[2]?.advantages).not.toEqual(alone.rows[0]?.advantages);
   });
 
+  it("reports per task the estimator's token advantages and the normalized ones, and per pool the advantage its tokens got", () => {
+    const task = (name: string, groupId: string, sample: number, reward: number) =>
+      fakeTrajectory("e", groupId, sample, reward, { task: name });
+    const dbWin = task("db", "g1", 0, 1);
+    dbWin.policyPool = dbWin.policyPool.map((p) => (p ? "stale" : null));
+    // os's success trains 2 tokens against its failure's 6: its raw token advantages are off-centre
+    const osWin = task("os", "g2", 0, 1);
+    osWin.lossMask = osWin.lossMask.map((m, i) => (i >= 12 ? m : 0));
+    const trajectories = [dbWin, task("db", "g1", 1, 0), osWin, task("os", "g2", 1, 0)];
+    const a = 0.5 / (Math.SQRT1_2 + 1e-6); // GRPO's ± advantage of a [1, 0] group
+    const normalized = prepareBatch(trajectories, 0, { ...trainerConfig, taskAdvantageNorm: true }, 1_000).metrics;
+    expect(normalized["task/db/adv_tokens"]).toBe(12);
+    expect(normalized["task/os/adv_tokens"]).toBe(8);
+    expect(normalized["task/db/adv_raw_mean"]).toBeCloseTo(0, 9);
+    expect(normalized["task/db/adv_raw_std"]).toBeCloseTo(a, 9);
+    expect(normalized["task/os/adv_raw_mean"]).toBeCloseTo((2 * a - 6 * a) / 8, 9);
+    expect(normalized["task/os/adv_raw_std"]).toBeCloseTo(a * Math.sqrt(0.75), 9);
+    for (const name of ["db", "os"]) {
+      expect(normalized[`task/${name}/adv_mean`]).toBeCloseTo(0, 9);
+      expect(normalized[`task/${name}/adv_std`]).toBeCloseTo(1, 5);
+    }
+    expect(normalized["pool/stale/tokens"]).toBe(6);
+    expect(normalized["pool/current/tokens"]).toBe(14);
+    expect(normalized["pool/stale/adv_mean"]).toBeCloseTo(a / (a + 1e-6), 9);
+    // without normalization the loss sees the estimator's advantages
+    const raw = prepareBatch(trajectories, 0, { ...trainerConfig, taskAdvantageNorm: false }, 1_000).metrics;
+    expect(raw["task/os/adv_mean"]).toBeCloseTo((2 * a - 6 * a) / 8, 9);
+    expect(raw["task/os/adv_std"]).toBeCloseTo(a * Math.sqrt(0.75), 9);
+    expect(raw["pool/stale/adv_mean"]).toBeCloseTo(a, 9);
+  });
+
   it("cuts sequences to the context and never trains position 0", () => {
     const long = t("g", 0, 1, 0);
     const batch = prepareBatch([long, t("g", 1, 0, 0)], 0, trainerConfig, 10);

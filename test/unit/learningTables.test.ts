@@ -1,5 +1,14 @@
 import { describe, expect, it } from "vitest";
-import { type ArmResult, meanAndRange, pairedPoints, table3, table4, table6 } from "../../scripts/learningTables.ts";
+import {
+  type ArmResult,
+  advantageSummary,
+  advantageTable,
+  meanAndRange,
+  pairedPoints,
+  table3,
+  table4,
+  table6,
+} from "../../scripts/learningTables.ts";
 import type { EvalReport } from "../../shared/protocol/metrics.ts";
 
 /** A report whose first `solved[task]` of `n` instances per task succeed. */
@@ -97,5 +106,61 @@ describe("learning tables", () => {
     expect(md).toContain("| full (base: avg 0.0) | 50.0 | 50.0 | 50.0 | – |");
     expect(md).toContain("| without cross-policy sampling | 30.0 | 50.0 | 40.0 | s1 −10.0 ");
     expect(md).toContain("| without task advantage normalization | – | – | – | – |");
+  });
+
+  it("advantage summary: the mean over steps of the advantage keys only, a step without a key not counted for it", () => {
+    const summary = advantageSummary([
+      { "task/db/adv_raw_mean": -0.2, "task/db/adv_mean": 0, "pool/stale/tokens": 10, "loss/total": 3 },
+      { "task/db/adv_raw_mean": 0.4, "task/db/adv_mean": 0, "pool/current/tokens": 30, "task/db/success": 1 },
+    ]);
+    expect(summary).toEqual({
+      "task/db/adv_raw_mean": expect.closeTo(0.1, 12),
+      "task/db/adv_mean": 0,
+      "pool/stale/tokens": 10,
+      "pool/current/tokens": 30,
+    });
+  });
+
+  it("advantage table: per arm and task the estimator's and the trained advantages, and the stale pool's share", () => {
+    const withStats = (name: string, seed: number, advantages: Record<string, number>): ArmResult => ({
+      ...arm(name, seed, { db: 1 }, { db: 2 }),
+      advantages,
+    });
+    const full = [
+      withStats("multi", 1, {
+        "task/db/adv_raw_mean": -0.3,
+        "task/db/adv_raw_std": 0.6,
+        "task/db/adv_mean": 0,
+        "task/db/adv_std": 1,
+        "pool/stale/tokens": 20,
+        "pool/current/tokens": 80,
+        "pool/stale/adv_mean": 0.25,
+        "pool/current/adv_mean": -0.05,
+      }),
+      withStats("multi", 2, {
+        "task/db/adv_raw_mean": -0.1,
+        "task/db/adv_raw_std": 0.4,
+        "task/db/adv_mean": 0,
+        "task/db/adv_std": 1,
+        "pool/stale/tokens": 20,
+        "pool/current/tokens": 80,
+        "pool/stale/adv_mean": 0.15,
+        "pool/current/adv_mean": -0.05,
+      }),
+    ];
+    const md = advantageTable(
+      new Map([
+        ["full", full],
+        ["without task advantage normalization", [arm("no-task-norm", 1, { db: 1 }, { db: 1 })]],
+      ]),
+    );
+    const lines = md.split("\n");
+    expect(lines[0]).toContain("db: estimator mean ± std → trained mean ± std");
+    // arms without statistics (runs recorded before them) are left out rather than shown as zeros
+    expect(lines).toHaveLength(3);
+    expect(lines[2]).toBe("| full | -0.200 ± 0.500 → +0.000 ± 1.000 | 20.0% | +0.200 / -0.050 |");
+    expect(advantageTable(new Map([["full", [arm("multi", 1, { db: 1 }, { db: 1 })]]]))).toMatch(
+      /no advantage statistics/,
+    );
   });
 });

@@ -1,6 +1,13 @@
 import type { TrainerConfig } from "../../shared/config/trainer.ts";
 import type { Trajectory } from "../../shared/protocol/messages.ts";
-import { broadcastToTokens, computeAdvantages, normalizeByTask, uniformGroups } from "../../shared/rl/advantages.ts";
+import {
+  broadcastToTokens,
+  computeAdvantages,
+  mean,
+  normalizeByTask,
+  std,
+  uniformGroups,
+} from "../../shared/rl/advantages.ts";
 
 /**
  * Turns a step's trajectories into the arrays the loss needs, top to bottom:
@@ -133,14 +140,16 @@ export function prepareBatch(
     },
     trainer.advantageEps,
   );
-  let tokenAdvantages = broadcastToTokens(trajectoryAdvantages, masks);
-  if (trainer.taskAdvantageNorm)
-    tokenAdvantages = normalizeByTask(
-      tokenAdvantages,
-      masks,
-      trajectories.map((t) => t.task),
-      trainer.advantageEps,
-    );
+  const estimated = broadcastToTokens(trajectoryAdvantages, masks);
+  const tokenAdvantages = trainer.taskAdvantageNorm
+    ? normalizeByTask(
+        estimated,
+        masks,
+        trajectories.map((t) => t.task),
+        trainer.advantageEps,
+      )
+    : estimated;
+  Object.assign(metrics, advantageMetrics(trajectories, masks, estimated, tokenAdvantages));
 
   const rows: BatchRow[] = [];
   trajectories.forEach((t, i) => {
@@ -158,6 +167,53 @@ export function prepareBatch(
     });
   });
   return { rows, trajectoryAdvantages, tokens: generated, staleness: stalenessOfTokens, metrics };
+}
+
+/**
+ * What task advantage normalization and cross-policy sampling did to a step, over its trained
+ * tokens: per task the estimator's advantages (`task/<t>/adv_raw_mean`, `adv_raw_std`) and the
+ * ones the loss used (`adv_mean`, `adv_std`; equal to the raw ones without normalization), and per
+ * pool that generated the token (`pool/<p>/tokens`, `pool/<p>/adv_mean`: whether the stale pool's
+ * turns scored above or below the current pool's).
+ */
+export function advantageMetrics(
+  trajectories: readonly Pick<Trajectory, "task" | "policyPool">[],
+  masks: ReadonlyArray<ArrayLike<number>>,
+  estimated: ReadonlyArray<ArrayLike<number>>,
+  used: ReadonlyArray<ArrayLike<number>>,
+): Record<string, number> {
+  const raw = new Map<string, number[]>();
+  const trained = new Map<string, number[]>();
+  const byPool = new Map<string, number[]>();
+  trajectories.forEach((t, i) => {
+    const mask = masks[i] as ArrayLike<number>;
+    for (let k = 0; k < mask.length; k++) {
+      if (!mask[k]) continue;
+      push(raw, t.task, (estimated[i] as ArrayLike<number>)[k] as number);
+      push(trained, t.task, (used[i] as ArrayLike<number>)[k] as number);
+      push(byPool, t.policyPool[k] ?? "unknown", (used[i] as ArrayLike<number>)[k] as number);
+    }
+  });
+  const out: Record<string, number> = {};
+  for (const [task, values] of raw) {
+    const after = trained.get(task) as number[];
+    out[`task/${task}/adv_tokens`] = values.length;
+    out[`task/${task}/adv_raw_mean`] = mean(values);
+    out[`task/${task}/adv_raw_std`] = std(values, "population");
+    out[`task/${task}/adv_mean`] = mean(after);
+    out[`task/${task}/adv_std`] = std(after, "population");
+  }
+  for (const [pool, values] of byPool) {
+    out[`pool/${pool}/tokens`] = values.length;
+    out[`pool/${pool}/adv_mean`] = mean(values);
+  }
+  return out;
+}
+
+function push(map: Map<string, number[]>, key: string, value: number): void {
+  const list = map.get(key);
+  if (list) list.push(value);
+  else map.set(key, [value]);
 }
 
 /**
