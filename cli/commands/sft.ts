@@ -1,4 +1,4 @@
-import { type Command, InvalidArgumentError } from "commander";
+import { type Command, InvalidArgumentError, Option } from "commander";
 import { ValidationError } from "../../shared/errors.ts";
 import { createLogger } from "../../shared/log.ts";
 import type { ObjectStore } from "../../shared/transport/types.ts";
@@ -17,6 +17,7 @@ interface SftCliOptions {
   lrFinal?: number;
   finalTurnWeight: number;
   answerVariants: number;
+  answerResample: "pool" | "recombine";
   answerCrops: number;
   blindShare: number;
   proseShare: number;
@@ -54,6 +55,14 @@ export function register(program: Command): void {
         "extra copies of each trace with its copied answer value resampled (teaches copying, not guessing)",
         intOption("--answer-variants", 0),
         0,
+      )
+      .addOption(
+        new Option(
+          "--answer-resample <how>",
+          "how the variants resample a word answer: pool (another answer of the task) or recombine (a new word of the task's answers' syllables, so each piece must be copied)",
+        )
+          .choices(["pool", "recombine"])
+          .default("pool"),
       )
       .option(
         "--answer-crops <n>",
@@ -142,6 +151,7 @@ export function register(program: Command): void {
         finalLearningRate: options.lrFinal,
         finalTurnWeight: options.finalTurnWeight,
         answerVariants: options.answerVariants,
+        answerResample: options.answerResample,
         answerCrops: options.answerCrops,
         blindShare: options.blindShare,
         proseShare: options.proseShare,

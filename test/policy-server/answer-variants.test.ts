@@ -1,7 +1,13 @@
 import { describe, expect, it } from "vitest";
 import type { ChatMessage } from "../../shared/protocol/openai.ts";
 import { seededRandom } from "../../shared/rl/random.ts";
-import { answerVariant, copiedAnswers, resampleValue } from "../../trainer-image/sft/answer-variants.ts";
+import {
+  answerVariant,
+  copiedAnswers,
+  recombineValue,
+  resampleValue,
+  syllablesOf,
+} from "../../trainer-image/sft/answer-variants.ts";
 
 const call = (name: string, args: string) => ({
   id: "c1",
@@ -55,6 +61,34 @@ describe("answer-resampled variants", () => {
     }
     expect(resampleValue("Kebaku", ["Kebaku", "Rara"], random)).toBe("Rara");
     expect(resampleValue("Kebaku", ["Kebaku"], random)).toBeUndefined();
+  });
+
+  it("recombines words from the task's syllables: new as a whole, made of the same pieces, case kept", () => {
+    const pieces = syllablesOf(["Zicanar", "Kebaku", "New York"]);
+    expect(pieces.syllables).toEqual(["zi", "ca", "na", "ke", "ba", "ku", "ne", "yo"]);
+    expect(pieces.codas).toEqual(["r", "w", "rk"]);
+    const random = seededRandom(4);
+    const seen = new Set<string>();
+    for (let i = 0; i < 200; i++) {
+      const fresh = recombineValue("Zicanar", pieces, random) as string;
+      // three syllables and a final consonant run, capitalized as the original
+      expect(fresh).toMatch(/^(Zi|Ca|Na|Ke|Ba|Ku|Ne|Yo)(zi|ca|na|ke|ba|ku|ne|yo){2}(r|w|rk)$/);
+      seen.add(fresh);
+    }
+    expect(seen.size).toBeGreaterThan(100); // not a pool of memorizable words
+    expect(recombineValue("USA 42", pieces, random)).toMatch(/^[A-Z]+ [1-9]\d$/);
+    expect(recombineValue("x-ray_7", pieces, random)).toMatch(/^[a-z]+-[a-z]+_\d$/);
+    expect(recombineValue("Kebaku", { syllables: [], codas: [] }, random)).toBeUndefined();
+  });
+
+  it("with syllables, a variant's word answer is recombined in the observation and the answer alike", () => {
+    const messages = episode("name\nKebaku\n(1 row)", '{"answers":["Kebaku"]}');
+    const variant = answerVariant(messages, ["Kebaku", "Rara"], seededRandom(2), syllablesOf(["Kebaku", "Rara"]));
+    const { observation, args } = rewritten(variant);
+    const fresh = observation.split("\n")[1] as string;
+    expect(fresh).toMatch(/^[A-Z][a-z]+$/);
+    expect(["Kebaku", "Rara"]).not.toContain(fresh);
+    expect(args).toBe(`{"answers":["${fresh}"]}`);
   });
 
   it("rewrites the value in the observation and in the answer, and nothing else", () => {

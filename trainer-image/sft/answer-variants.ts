@@ -7,7 +7,58 @@ import type { ChatMessage } from "../../shared/protocol/openai.ts";
  * learns to guess. A variant replaces every answer value that stands on a line of its own in that
  * observation with a fresh value of the same kind, in the observation and in the answer alike,
  * so only copying predicts it. Task-agnostic: it reads the final tool call's string and integer arguments.
+ *
+ * Integers get fresh digits. Words get, by `WordResample`, another answer of the task (`pool`), or
+ * a fresh word recombined from the syllables of the task's answers (`recombine`). With `pool`, a
+ * model can still learn the pool's words whole and answer a memorized one once it saw its first
+ * piece (measured: a made-up name's third piece at 12 nats); a recombined word is made of the
+ * same pieces but is new as a whole, so each piece must be copied, as digits are.
  */
+
+/** How a word answer is resampled: another answer of the task, or a new word of its syllables. */
+export type WordResample = "pool" | "recombine";
+
+const SYLLABLE = /[^aeiouy]*[aeiouy]+/gi;
+const CODA = /[^aeiouy]+$/i;
+
+/** The pieces words are recombined from: syllables (consonants then vowels) and word-final consonants. */
+export interface Syllables {
+  readonly syllables: readonly string[];
+  readonly codas: readonly string[];
+}
+
+/** Distinct lower-case syllables and word-final consonant runs of the letter runs in `words`. */
+export function syllablesOf(words: readonly string[]): Syllables {
+  const syllables = new Set<string>();
+  const codas = new Set<string>();
+  for (const word of words)
+    for (const run of word.match(/[A-Za-z]+/g) ?? []) {
+      for (const piece of run.match(SYLLABLE) ?? []) syllables.add(piece.toLowerCase());
+      const coda = CODA.exec(run)?.[0];
+      if (coda && coda.length < run.length) codas.add(coda.toLowerCase());
+    }
+  return { syllables: [...syllables], codas: [...codas] };
+}
+
+/**
+ * `value` with every letter run replaced by a new word of as many random syllables (and a final
+ * consonant run where it had one), its case kept (capitalized, all capitals or lower case), and
+ * every digit run by random digits of its length; other characters stay. Undefined when there
+ * are no syllables to draw from.
+ */
+export function recombineValue(value: string, pieces: Syllables, random: () => number): string | undefined {
+  const { syllables, codas } = pieces;
+  if (syllables.length === 0) return undefined;
+  const pick = (from: readonly string[]) => from[Math.floor(random() * from.length)] as string;
+  return value.replace(/[A-Za-z]+|\d+/g, (run) => {
+    if (/^\d+$/.test(run)) return resampleValue(run, [], random) as string;
+    const count = Math.max(1, (run.match(SYLLABLE) ?? []).length);
+    const coda = CODA.test(run) && codas.length > 0 && count < run.length ? pick(codas) : "";
+    const word = Array.from({ length: count }, () => pick(syllables)).join("") + coda;
+    if (run.length > 1 && run === run.toUpperCase()) return word.toUpperCase();
+    return run[0] === run[0]?.toUpperCase() ? (word[0]?.toUpperCase() ?? "") + word.slice(1) : word;
+  });
+}
 
 /** Whether an answer value is a non-negative integer (resampled as digits, not drawn from the task's answers). */
 export function isIntegerText(value: string): boolean {
@@ -75,11 +126,16 @@ export function answerVariant(
   messages: readonly ChatMessage[],
   pool: readonly string[],
   random: () => number,
+  /** Pieces to recombine words from (`syllablesOf(pool)`); without them, words come from the pool. */
+  syllables?: Syllables,
 ): ChatMessage[] | undefined {
   const values = copiedAnswers(messages);
   const replacement = new Map<string, string>();
   for (const value of values) {
-    const fresh = resampleValue(value, pool, random);
+    const fresh =
+      syllables && !isIntegerText(value)
+        ? recombineValue(value, syllables, random)
+        : resampleValue(value, pool, random);
     if (fresh !== undefined && fresh !== value) replacement.set(value, fresh);
   }
   if (replacement.size === 0) return undefined;

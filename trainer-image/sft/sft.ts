@@ -17,7 +17,14 @@ import type { CheckpointManifest } from "../../shared/protocol/checkpoints.ts";
 import type { ChatMessage, ToolSpec } from "../../shared/protocol/openai.ts";
 import { seededRandomFrom } from "../../shared/rl/random.ts";
 import type { ObjectStore } from "../../shared/transport/types.ts";
-import { answerArguments, answerVariant, copiedAnswers, isIntegerText } from "./answer-variants.ts";
+import {
+  answerArguments,
+  answerVariant,
+  copiedAnswers,
+  isIntegerText,
+  syllablesOf,
+  type WordResample,
+} from "./answer-variants.ts";
 import nllShardLoss, { type NllInput } from "./nllShard.ts";
 
 /**
@@ -65,6 +72,8 @@ export interface SftOptions {
    * @default 0
    */
   readonly answerVariants?: number;
+  /** How the variants resample a word answer (see answer-variants.ts). @default "pool" */
+  readonly answerResample?: WordResample;
   /**
    * Extra short sequences per step, each the last 128 tokens of a trace (or variant) with a
    * copied answer, with the loss on the answer turn only: many copy examples per step for little
@@ -211,7 +220,7 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
     ? ChatCodec.fromTokenizerJson(JSON.parse(start.tokenizerJson))
     : ChatCodec.train(traces, model.vocabSize);
   if (start) log.info({ version: start.manifest.version, model }, "continuing from an earlier warm-up");
-  const variants = answerVariants(traces, options.answerVariants ?? 0, seed);
+  const variants = answerVariants(traces, options.answerVariants ?? 0, seed, options.answerResample ?? "pool");
   const isOriginal = new Set<ExpertTrace>(traces);
   if (variants.length > 0) log.info({ variants: variants.length }, "answer-resampled variants added");
   const encoded = [...traces, ...variants].map((trace) => ({
@@ -328,6 +337,7 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
           finalLearningRate,
           finalTurnWeight,
           answerVariants: options.answerVariants ?? 0,
+          answerResample: options.answerResample ?? "pool",
           answerCrops,
           dataParallel: options.dataParallel ?? 1,
           variants: variants.length,
@@ -390,7 +400,12 @@ export function proseTrace(messages: readonly ChatMessage[]): ChatMessage[] | un
 }
 
 /** `count` answer-resampled copies of each trace that has a copied answer, drawn from `seed`. */
-function answerVariants(traces: readonly ExpertTrace[], count: number, seed: number): ExpertTrace[] {
+function answerVariants(
+  traces: readonly ExpertTrace[],
+  count: number,
+  seed: number,
+  resample: WordResample,
+): ExpertTrace[] {
   if (count === 0) return [];
   const random = seededRandomFrom(seed, "answer-variants");
   const pools = new Map<string, string[]>();
@@ -399,8 +414,16 @@ function answerVariants(traces: readonly ExpertTrace[], count: number, seed: num
     pool.push(...copiedAnswers(trace.messages).filter((v) => !isIntegerText(v)));
     pools.set(trace.task, pool);
   }
+  const syllables = new Map([...pools].map(([task, pool]) => [task, syllablesOf(pool)]));
   return traces.flatMap((trace) =>
-    Array.from({ length: count }, () => answerVariant(trace.messages, pools.get(trace.task) ?? [], random))
+    Array.from({ length: count }, () =>
+      answerVariant(
+        trace.messages,
+        pools.get(trace.task) ?? [],
+        random,
+        resample === "recombine" ? syllables.get(trace.task) : undefined,
+      ),
+    )
       .filter((messages) => messages !== undefined)
       .map((messages) => ({ ...trace, messages })),
   );
