@@ -183,7 +183,7 @@ describe("sft warm-up", () => {
       answerVariants: number;
       variants: number;
     };
-    expect(recipe).toMatchObject({ answerVariants: 2, variants: varied.variants });
+    expect(recipe).toMatchObject({ answerVariants: 2, answerResample: "pool", variants: varied.variants });
   });
 
   it("makes a blind trace: the opening messages, then the expert's final turn with no tool call before it", async () => {
