@@ -20,6 +20,7 @@ import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { z } from "zod";
+import { readMetrics } from "../cli/report/report.ts";
 import { loadConfig } from "../shared/config/index.ts";
 import { EvalReport } from "../shared/protocol/metrics.ts";
 import { ArmResult, advantageSummary, advantageTable, table3, table4, table6 } from "./learningTables.ts";
@@ -149,13 +150,7 @@ async function runArm(arm: Arm, seed: number, flags: z.infer<typeof Flags>): Pro
   const newest = reports.find((r) => !r.policy.includes("(base)"));
   if (!base || !newest)
     throw new Error(`${arm.name} seed ${seed}: the run left no closing evaluation of both base and newest`);
-  const metricsFile = join(runDir, "metrics.jsonl");
-  const steps = existsSync(metricsFile)
-    ? readFileSync(metricsFile, "utf8")
-        .split("\n")
-        .filter((line) => line.trim() !== "")
-        .map((line) => JSON.parse(line) as Record<string, unknown>)
-    : [];
+  const steps = await readMetrics(join(runDir, "metrics.jsonl"));
   const result: ArmResult = {
     schemaVersion: 1,
     arm: arm.name,
@@ -165,7 +160,7 @@ async function runArm(arm: Arm, seed: number, flags: z.infer<typeof Flags>): Pro
     wallSeconds: (Date.now() - started) / 1000,
     base,
     newest,
-    advantages: advantageSummary(steps),
+    advantages: advantageSummary(steps.map((step) => step.metrics)),
   };
   writeFileSync(resultFile(flags.out, arm.name, seed), `${JSON.stringify(result)}\n`);
   return result;

@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
@@ -32,6 +32,18 @@ describe("npm run learning", () => {
     expect(first.status, first.stderr).toBe(0);
     expect(existsSync(join(out, "multi", "seed-1", "leftover"))).toBe(false);
     expect(existsSync(join(out, "multi", "seed-1", "result.json"))).toBe(true);
+    // The arm keeps the advantage statistics its steps recorded (under each line's `metrics`).
+    const result = JSON.parse(readFileSync(join(out, "multi", "seed-1", "result.json"), "utf8")) as {
+      advantages: Record<string, number>;
+    };
+    const recorded = new Set(
+      readFileSync(join(out, "multi", "seed-1", "metrics.jsonl"), "utf8")
+        .split("\n")
+        .filter((line) => line.trim() !== "")
+        .flatMap((line) => Object.keys((JSON.parse(line) as { metrics: Record<string, number> }).metrics))
+        .filter((key) => /^(task\/[^/]+\/adv_|pool\/)/.test(key)),
+    );
+    expect(Object.keys(result.advantages).sort()).toEqual([...recorded].sort());
     expect(first.stdout).toContain("### Table 3");
     expect(first.stdout).toMatch(/\n\| 1 \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [+−]/);
     expect(first.stdout).toMatch(/1 runs, [\d.]+ h of wall time/);

@@ -51,7 +51,7 @@ export function recombineValue(value: string, pieces: Syllables, random: () => n
   if (syllables.length === 0) return undefined;
   const pick = (from: readonly string[]) => from[Math.floor(random() * from.length)] as string;
   return value.replace(/[A-Za-z]+|\d+/g, (run) => {
-    if (/^\d+$/.test(run)) return resampleValue(run, [], random) as string;
+    if (isIntegerText(run)) return resampleValue(run, [], random) as string;
     const count = Math.max(1, (run.match(SYLLABLE) ?? []).length);
     const coda = CODA.test(run) && codas.length > 0 && count < run.length ? pick(codas) : "";
     const word = Array.from({ length: count }, () => pick(syllables)).join("") + coda;
