@@ -140,7 +140,22 @@ async function runArm(arm: Arm, seed: number, flags: z.infer<typeof Flags>): Pro
   const code = await new Promise<number>((done) => {
     // The run's own output goes to stderr: stdout is the tables alone.
     const child = spawn(process.execPath, args, { cwd: root, stdio: ["ignore", 2, 2] });
-    child.on("exit", (status) => done(status ?? 1));
+    // Stopping this command stops the arm it runs (agentrl train closes its roles), so no run is
+    // left training with nobody to read its result; the rerun restarts that arm.
+    let stoppedBy: NodeJS.Signals | undefined;
+    const forward = (signal: NodeJS.Signals) => {
+      stoppedBy = signal;
+      child.kill(signal);
+    };
+    process.once("SIGINT", forward).once("SIGTERM", forward);
+    child.on("exit", (status) => {
+      process.off("SIGINT", forward).off("SIGTERM", forward);
+      if (stoppedBy) {
+        console.error(`[learning] ${arm.name} seed ${seed}: stopped by ${stoppedBy}; a rerun restarts this arm`);
+        process.exit(1);
+      }
+      done(status ?? 1);
+    });
   });
   if (code !== 0) throw new Error(`${arm.name} seed ${seed}: agentrl train exited ${code}; see ${runDir}/logs`);
   const reports = readdirSync(runDir)

@@ -1,4 +1,5 @@
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { spawn } from "node:child_process";
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
@@ -8,7 +9,8 @@ import { tempDir } from "../support/tmp.ts";
 /**
  * `npm run learning` end to end, shrunk to one seed of Table 3's arm (one sync step, two held-out
  * instances per task): it runs the arm, stores its result, prints the table; a rerun runs nothing
- * and prints the same table; a run folder left by a killed run is started again from scratch.
+ * and prints the same table; a run folder left by a killed run is started again from scratch; stopping
+ * the command stops the arm it runs.
  */
 
 const SCRIPT = fileURLToPath(new URL("../../scripts/learning.ts", import.meta.url));
@@ -54,6 +56,30 @@ describe("npm run learning", () => {
     expect(again.stdout).toBe(first.stdout);
   }, 360_000);
 
+  it("stops the arm it runs when it is stopped, leaving no result and no process behind", async () => {
+    const out = tempDir("agentrl-learning-stop-");
+    const child = spawn(
+      process.execPath,
+      ["--import", "tsx", SCRIPT, "--tables", "3", "--seeds", "1", "--out", out, ...SMALL],
+      { cwd: fileURLToPath(new URL("../..", import.meta.url)), stdio: ["ignore", "ignore", "pipe"] },
+    );
+    let stderr = "";
+    child.stderr.on("data", (chunk: Buffer) => {
+      stderr += chunk.toString();
+    });
+    const exited = new Promise<number | null>((done) => child.on("exit", (code) => done(code)));
+    // The arm is under way once its roles are up.
+    const started = Date.now();
+    while (!stderr.includes("waiting for the first batch") && Date.now() - started < 120_000)
+      await new Promise((r) => setTimeout(r, 200));
+    expect(stderr, stderr).toContain("waiting for the first batch");
+    child.kill("SIGTERM");
+    expect(await exited, stderr).toBe(1);
+    expect(stderr).toContain("multi seed 1: stopped by SIGTERM; a rerun restarts this arm");
+    expect(existsSync(join(out, "multi", "seed-1", "result.json"))).toBe(false);
+    expect(processesNaming(out)).toEqual([]);
+  }, 180_000);
+
   it("refuses bad flags, saying what is allowed", async () => {
     const seeds = await runProcess(TSX, [SCRIPT, "--seeds", "0"]);
     expect(seeds.status).toBe(2);
@@ -66,3 +92,17 @@ describe("npm run learning", () => {
     expect(unknown.stderr).toContain("allowed: --seeds");
   });
 });
+
+/** Command lines of live processes that mention `text` (the run's roles name their run folder). */
+function processesNaming(text: string): string[] {
+  const found: string[] = [];
+  for (const pid of readdirSync("/proc").filter((name) => /^\d+$/.test(name))) {
+    try {
+      const command = readFileSync(`/proc/${pid}/cmdline`, "utf8").replaceAll("\0", " ");
+      if (command.includes(text)) found.push(command);
+    } catch {
+      // The process ended while we looked.
+    }
+  }
+  return found;
+}
