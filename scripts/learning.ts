@@ -1,20 +1,22 @@
 /**
  * `npm run learning -- [--seeds 3] [--tables 3,4,6] [--config configs/learning.yaml]
- *   [--ablation-config <file>] [--out runs/learning] [--set path=value ...] [--dry-run]`
+ *   [--ablation-config <file>] [--out runs/learning] [--jobs 1] [--set path=value ...] [--dry-run]`
  *
  * Reproduces the learning tables (the reference's Tables 3, 4 and 6 in miniature): runs every arm
  * the chosen tables need, once per seed, each as `agentrl train` in sync mode (the seeded mode:
  * the same seed gives the same result whatever the machine's load, docs/pipeline.md), then prints
  * the tables as markdown and writes them to `<out>/tables.md`. Each finished arm stores its result
  * (`<out>/<arm>/seed-<s>/result.json`: both closing evaluations with their per-instance outcomes);
- * a rerun skips those and reruns an arm that was killed mid-way from the start.
+ * a rerun skips those and reruns an arm that was killed mid-way from the start. `--jobs N` runs up
+ * to N arms at once: the results do not change (each is seeded), only the wall time. An arm that
+ * fails leaves the others running; the command then exits 1 naming it.
  *
  * Arms: `multi` (the config as it is: Table 3, and Table 4's multi-task run); per task
  * `single-<task>-steps` (that task alone, the same steps) and `single-<task>-data` (that task
  * alone, the steps that give it the data it had in the mix); `ablation-full` (only when the
  * ablation config differs), `no-cross-policy`, `no-task-norm` (Table 6).
  */
-import { spawn } from "node:child_process";
+import { type ChildProcess, spawn } from "node:child_process";
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -36,6 +38,7 @@ const Flags = z.object({
   config: z.string().min(1),
   "ablation-config": z.string().min(1).optional(),
   out: z.string().min(1),
+  jobs: z.coerce.number().int().min(1).max(8),
   set: z.array(z.string().regex(/^[A-Za-z0-9_.[\]]+=/, "path=value")),
   "dry-run": z.boolean(),
 });
@@ -53,7 +56,7 @@ function parseFlags(argv: readonly string[]): z.infer<typeof Flags> {
     values = readFlags(argv);
   } catch (error) {
     console.error(
-      `${(error as Error).message}; allowed: --seeds, --tables, --config, --ablation-config, --out, --set, --dry-run`,
+      `${(error as Error).message}; allowed: --seeds, --tables, --config, --ablation-config, --out, --jobs, --set, --dry-run`,
     );
     process.exit(2);
   }
@@ -74,6 +77,7 @@ function readFlags(argv: readonly string[]): Record<string, unknown> {
       config: { type: "string", default: "configs/learning.yaml" },
       "ablation-config": { type: "string" },
       out: { type: "string", default: "runs/learning" },
+      jobs: { type: "string", default: "1" },
       set: { type: "string", multiple: true, default: [] },
       "dry-run": { type: "boolean", default: false },
     },
@@ -119,6 +123,20 @@ function readResult(file: string): ArmResult | undefined {
   return parsed.success ? parsed.data : undefined;
 }
 
+/**
+ * Stopping this command stops the arms it runs (agentrl train closes its roles), and it exits once
+ * they have, so no run is left training with nobody to read its result; a rerun restarts them.
+ */
+const running = new Set<ChildProcess>();
+let stoppedBy: NodeJS.Signals | undefined;
+for (const signal of ["SIGINT", "SIGTERM"] as const) {
+  process.once(signal, () => {
+    stoppedBy = signal;
+    if (running.size === 0) process.exit(1);
+    for (const child of running) child.kill(signal);
+  });
+}
+
 /** Runs one arm at one seed as `agentrl train`, then stores its result. */
 async function runArm(arm: Arm, seed: number, flags: z.infer<typeof Flags>): Promise<ArmResult> {
   const runDir = join(flags.out, arm.name, `seed-${seed}`);
@@ -140,21 +158,12 @@ async function runArm(arm: Arm, seed: number, flags: z.infer<typeof Flags>): Pro
   const code = await new Promise<number>((done) => {
     // The run's own output goes to stderr: stdout is the tables alone.
     const child = spawn(process.execPath, args, { cwd: root, stdio: ["ignore", 2, 2] });
-    // Stopping this command stops the arm it runs (agentrl train closes its roles), so no run is
-    // left training with nobody to read its result; the rerun restarts that arm.
-    let stoppedBy: NodeJS.Signals | undefined;
-    const forward = (signal: NodeJS.Signals) => {
-      stoppedBy = signal;
-      child.kill(signal);
-    };
-    process.once("SIGINT", forward).once("SIGTERM", forward);
+    running.add(child);
     child.on("exit", (status) => {
-      process.off("SIGINT", forward).off("SIGTERM", forward);
-      if (stoppedBy) {
-        console.error(`[learning] ${arm.name} seed ${seed}: stopped by ${stoppedBy}; a rerun restarts this arm`);
-        process.exit(1);
-      }
-      done(status ?? 1);
+      running.delete(child);
+      if (!stoppedBy) return done(status ?? 1);
+      console.error(`[learning] ${arm.name} seed ${seed}: stopped by ${stoppedBy}; a rerun restarts this arm`);
+      if (running.size === 0) process.exit(1);
     });
   });
   if (code !== 0) throw new Error(`${arm.name} seed ${seed}: agentrl train exited ${code}; see ${runDir}/logs`);
@@ -184,18 +193,40 @@ async function runArm(arm: Arm, seed: number, flags: z.infer<typeof Flags>): Pro
 const flags = parseFlags(process.argv.slice(2));
 const arms = await armsFor(flags);
 const seeds = Array.from({ length: flags.seeds }, (_, i) => i + 1);
-const results = new Map<string, ArmResult[]>();
+const queue: { arm: Arm; seed: number }[] = [];
 for (const arm of arms) {
   for (const seed of seeds) {
-    const stored = readResult(resultFile(flags.out, arm.name, seed));
-    if (stored) {
+    if (readResult(resultFile(flags.out, arm.name, seed))) {
       console.error(`[learning] ${arm.name} seed ${seed}: done before, skipped`);
     } else if (flags["dry-run"]) {
       console.error(`[learning] ${arm.name} seed ${seed}: would run ${arm.config} ${arm.sets.join(" ")}`);
-      continue;
+    } else {
+      queue.push({ arm, seed });
     }
-    const result = stored ?? (await runArm(arm, seed, flags));
-    results.set(arm.name, [...(results.get(arm.name) ?? []), result]);
+  }
+}
+const failures: string[] = [];
+const worker = async () => {
+  for (let next = queue.shift(); next && !stoppedBy; next = queue.shift()) {
+    try {
+      await runArm(next.arm, next.seed, flags);
+    } catch (error) {
+      console.error(`[learning] ${(error as Error).message}`);
+      failures.push(`${next.arm.name} seed ${next.seed}`);
+    }
+  }
+};
+await Promise.all(Array.from({ length: flags.jobs }, worker));
+if (failures.length > 0) {
+  console.error(`[learning] failed: ${failures.join(", ")}; the finished arms are kept, a rerun runs the rest`);
+  process.exit(1);
+}
+// The tables in arm and seed order, whatever order the arms finished in.
+const results = new Map<string, ArmResult[]>();
+for (const arm of arms) {
+  for (const seed of seeds) {
+    const result = readResult(resultFile(flags.out, arm.name, seed));
+    if (result) results.set(arm.name, [...(results.get(arm.name) ?? []), result]);
   }
 }
 

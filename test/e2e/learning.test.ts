@@ -24,16 +24,17 @@ const SMALL = [
 ].flatMap((s) => ["--set", s]);
 
 describe("npm run learning", () => {
-  it("runs an arm once, stores it, prints Table 3, and skips it on a rerun", async () => {
+  it("runs each arm once (two at a time), stores it, prints Table 3, and skips it on a rerun", async () => {
     const out = tempDir("agentrl-learning-");
     // What a run killed mid-way leaves: a folder without result.json.
     mkdirSync(join(out, "multi", "seed-1"), { recursive: true });
     writeFileSync(join(out, "multi", "seed-1", "leftover"), "killed");
-    const args = [SCRIPT, "--tables", "3", "--seeds", "1", "--out", out, ...SMALL];
+    const args = [SCRIPT, "--tables", "3", "--seeds", "2", "--jobs", "2", "--out", out, ...SMALL];
     const first = await runProcess(TSX, args, { timeoutMs: 280_000 });
     expect(first.status, first.stderr).toBe(0);
     expect(existsSync(join(out, "multi", "seed-1", "leftover"))).toBe(false);
     expect(existsSync(join(out, "multi", "seed-1", "result.json"))).toBe(true);
+    expect(existsSync(join(out, "multi", "seed-2", "result.json"))).toBe(true);
     // The arm keeps the advantage statistics its steps recorded (under each line's `metrics`).
     const result = JSON.parse(readFileSync(join(out, "multi", "seed-1", "result.json"), "utf8")) as {
       advantages: Record<string, number>;
@@ -47,20 +48,24 @@ describe("npm run learning", () => {
     );
     expect(Object.keys(result.advantages).sort()).toEqual([...recorded].sort());
     expect(first.stdout).toContain("### Table 3");
-    expect(first.stdout).toMatch(/\n\| 1 \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [+−]/);
-    expect(first.stdout).toMatch(/1 runs, [\d.]+ h of wall time/);
+    // One row per seed, in seed order whichever finished first.
+    expect(first.stdout).toMatch(
+      /\n\| 1 \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [+−][^\n]*\n\| 2 \| [\d.]+ /,
+    );
+    expect(first.stdout).toMatch(/2 runs, [\d.]+ h of wall time/);
 
     const again = await runProcess(TSX, args, { timeoutMs: 60_000 });
     expect(again.status, again.stderr).toBe(0);
     expect(again.stderr).toContain("multi seed 1: done before, skipped");
+    expect(again.stderr).toContain("multi seed 2: done before, skipped");
     expect(again.stdout).toBe(first.stdout);
   }, 360_000);
 
-  it("stops the arm it runs when it is stopped, leaving no result and no process behind", async () => {
+  it("stops the arms it runs when it is stopped, leaving no result and no process behind", async () => {
     const out = tempDir("agentrl-learning-stop-");
     const child = spawn(
       process.execPath,
-      ["--import", "tsx", SCRIPT, "--tables", "3", "--seeds", "1", "--out", out, ...SMALL],
+      ["--import", "tsx", SCRIPT, "--tables", "3", "--seeds", "2", "--jobs", "2", "--out", out, ...SMALL],
       { cwd: fileURLToPath(new URL("../..", import.meta.url)), stdio: ["ignore", "ignore", "pipe"] },
     );
     let stderr = "";
@@ -75,8 +80,10 @@ describe("npm run learning", () => {
     expect(stderr, stderr).toContain("waiting for the first batch");
     child.kill("SIGTERM");
     expect(await exited, stderr).toBe(1);
-    expect(stderr).toContain("multi seed 1: stopped by SIGTERM; a rerun restarts this arm");
-    expect(existsSync(join(out, "multi", "seed-1", "result.json"))).toBe(false);
+    for (const seed of [1, 2]) {
+      expect(stderr).toContain(`multi seed ${seed}: stopped by SIGTERM; a rerun restarts this arm`);
+      expect(existsSync(join(out, "multi", `seed-${seed}`, "result.json"))).toBe(false);
+    }
     expect(processesNaming(out)).toEqual([]);
   }, 180_000);
 
@@ -87,6 +94,9 @@ describe("npm run learning", () => {
     const tables = await runProcess(TSX, [SCRIPT, "--tables", "3,5"]);
     expect(tables.status).toBe(2);
     expect(tables.stderr).toContain("a comma-separated list of 3, 4 and 6");
+    const jobs = await runProcess(TSX, [SCRIPT, "--jobs", "0"]);
+    expect(jobs.status).toBe(2);
+    expect(jobs.stderr).toContain("--jobs");
     const unknown = await runProcess(TSX, [SCRIPT, "--sedes", "3"]);
     expect(unknown.status).toBe(2);
     expect(unknown.stderr).toContain("allowed: --seeds");
