@@ -23,9 +23,19 @@ import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { z } from "zod";
 import { readMetrics } from "../cli/report/report.ts";
+import { loadTaskModule } from "../env-images/registry.ts";
 import { loadConfig } from "../shared/config/index.ts";
 import { EvalReport } from "../shared/protocol/metrics.ts";
-import { ArmResult, advantageSummary, advantageTable, table3, table4, table6 } from "./learningTables.ts";
+import {
+  ArmResult,
+  advantageSummary,
+  advantageTable,
+  type KindOf,
+  kindTable,
+  table3,
+  table4,
+  table6,
+} from "./learningTables.ts";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
 
@@ -190,6 +200,17 @@ async function runArm(arm: Arm, seed: number, flags: z.infer<typeof Flags>): Pro
   return result;
 }
 
+/** Each evaluated task's own `categoryOf` (its instance kinds), from the task modules. */
+async function kindsOfTasks(results: readonly ArmResult[]): Promise<KindOf> {
+  const names = new Set(results.flatMap((r) => r.base.tasks.map((t) => t.task)));
+  const kinds = new Map<string, (index: number) => string | undefined>();
+  for (const name of names) {
+    const { task } = await loadTaskModule(name);
+    if (task.categoryOf) kinds.set(name, task.categoryOf.bind(task));
+  }
+  return (task, index) => kinds.get(task)?.(index);
+}
+
 const flags = parseFlags(process.argv.slice(2));
 const arms = await armsFor(flags);
 const seeds = Array.from({ length: flags.seeds }, (_, i) => i + 1);
@@ -232,8 +253,11 @@ for (const arm of arms) {
 
 const of = (name: string) => results.get(name) ?? [];
 const sections: string[] = [];
-if (of("multi").length > 0 && flags.tables.has(3))
+if (of("multi").length > 0 && flags.tables.has(3)) {
   sections.push(`### Table 3: RL from the base (greedy test success, %)\n\n${table3(of("multi"))}`);
+  const kinds = kindTable(of("multi"), await kindsOfTasks(of("multi")));
+  if (kinds !== "") sections.push(`### Table 3: what moved, by instance kind\n\n${kinds}`);
+}
 if (of("multi").length > 0 && flags.tables.has(4)) {
   const singles = new Map<string, ArmResult[]>();
   for (const [name, list] of results) {

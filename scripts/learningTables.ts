@@ -102,6 +102,41 @@ export function table3(arm: readonly ArmResult[]): string {
   return lines.join("\n");
 }
 
+/** The kind of a task's instance (its question type or generator family), or undefined. */
+export type KindOf = (task: string, index: number) => string | undefined;
+
+/**
+ * What was learned: per task and instance kind, the base's and the RL policy's greedy successes
+ * summed over seeds (instance by instance, from the stored outcomes), and how many instances
+ * each gained or lost. Kinds in task then name order; tasks without kinds are left out.
+ */
+export function kindTable(arm: readonly ArmResult[], kindOf: KindOf): string {
+  const rows = new Map<string, { episodes: number; base: number; rl: number; better: number; worse: number }>();
+  for (const r of bySeed(arm)) {
+    const rl = new Map((r.newest.outcomes ?? []).map((o) => [`${o.task}/${o.index}/${o.sample}`, o.success]));
+    for (const o of r.base.outcomes ?? []) {
+      const after = rl.get(`${o.task}/${o.index}/${o.sample}`);
+      const kind = kindOf(o.task, o.index);
+      if (after === undefined || kind === undefined) continue;
+      const key = `${o.task} | ${kind}`;
+      const row = rows.get(key) ?? { episodes: 0, base: 0, rl: 0, better: 0, worse: 0 };
+      row.episodes += 1;
+      row.base += o.success;
+      row.rl += after;
+      if (after > o.success) row.better += 1;
+      if (after < o.success) row.worse += 1;
+      rows.set(key, row);
+    }
+  }
+  const lines = [
+    "| task | kind | episodes (all seeds) | base successes | RL successes | better / worse |",
+    "|---|---|---|---|---|---|",
+  ];
+  for (const [key, row] of [...rows].sort(([a], [b]) => a.localeCompare(b)))
+    lines.push(`| ${key} | ${row.episodes} | ${row.base} | ${row.rl} | ${row.better} / ${row.worse} |`);
+  return rows.size === 0 ? "" : lines.join("\n");
+}
+
 /**
  * Table 4: the multi-task run against each task's single-task runs (equal steps, equal per-task
  * data), on that task: mean (range) over seeds, and per seed the paired difference multi − single.

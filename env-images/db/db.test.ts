@@ -41,6 +41,9 @@ describe("db generator", () => {
     const kinds = new Set<string>();
     for (let i = task.splits.test.start; i < task.splits.test.end; i++) kinds.add(generateDbInstance(i).kind);
     expect([...kinds].sort()).toEqual([...DB_KINDS].sort());
+    // Named as each instance's kind: the evaluator's per-kind tables and `npm run learning` read it.
+    for (let i = task.splits.test.start; i < task.splits.test.start + 50; i++)
+      expect(task.categoryOf?.(i)).toBe(generateDbInstance(i).kind);
   });
 });
 

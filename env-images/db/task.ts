@@ -243,6 +243,7 @@ export function createDbTask(options: DbTaskOptions = {}): TaskDefinition {
     tools: TOOLS,
     maxTurns: DB_MAX_TURNS,
     splits: DB_SPLITS,
+    categoryOf: (index: number) => generateDbInstance(index).kind,
     async start(index: number): Promise<Episode> {
       const instance = generateDbInstance(index);
       const expected = await truths.get(instance, timeoutMs);

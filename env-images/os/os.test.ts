@@ -66,10 +66,15 @@ describe("os generator", () => {
     for (let i = test.start; i < test.end; i++) expect(trainPrints.has(fingerprint(generateOsInstance(i)))).toBe(false);
   });
 
-  it("covers every family in the test split", () => {
+  it("covers every family in the test split, and names it as each instance's kind", () => {
     const seen = new Set<OsFamily>();
     for (let i = OS_SPLITS.test.start; i < OS_SPLITS.test.end; i++) seen.add(generateOsInstance(i).family);
     expect([...seen].sort()).toEqual([...OS_FAMILIES].sort());
+    // The evaluator's per-kind tables and `npm run learning`'s "what moved" read it.
+    const task = createOsTask();
+    const kinds = new Set<string | undefined>();
+    for (let i = OS_SPLITS.test.start; i < OS_SPLITS.test.end; i++) kinds.add(task.categoryOf?.(i));
+    expect([...kinds].sort()).toEqual([...OS_FAMILIES].sort());
   });
 
   it("rejects indices outside the splits", async () => {

@@ -119,6 +119,7 @@ export function createOsTask(options: OsTaskOptions = {}): TaskDefinition {
     ],
     maxTurns: OS_MAX_TURNS,
     splits: OS_SPLITS,
+    categoryOf: (index: number) => generateOsInstance(index).family,
     async start(index: number): Promise<Episode> {
       return new OsEpisode(generateOsInstance(index), limits, pool);
     },

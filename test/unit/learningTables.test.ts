@@ -3,6 +3,7 @@ import {
   type ArmResult,
   advantageSummary,
   advantageTable,
+  kindTable,
   meanAndRange,
   pairedPoints,
   table3,
@@ -54,6 +55,26 @@ function arm(name: string, seed: number, base: Record<string, number>, newest: R
 }
 
 describe("learning tables", () => {
+  it("what moved by instance kind: successes summed over seeds, instance by instance", () => {
+    // Instances 0–4 are kind "a", 5–9 kind "b"; db's first k of 10 succeed.
+    const kindOf = (task: string, index: number) => (task === "db" ? (index < 5 ? "a" : "b") : undefined);
+    const runs = [
+      arm("multi", 2, { db: 3, os: 1 }, { db: 7, os: 4 }),
+      arm("multi", 1, { db: 6, os: 0 }, { db: 4, os: 0 }),
+    ];
+    // Seed 1: base solves 0–5, RL 0–3 (a 5 → 4, b 1 → 0: 0 better, 2 worse);
+    // seed 2: base 0–2, RL 0–6 (a 3 → 5, b 0 → 2: 4 better).
+    expect(kindTable(runs, kindOf)).toBe(
+      [
+        "| task | kind | episodes (all seeds) | base successes | RL successes | better / worse |",
+        "|---|---|---|---|---|---|",
+        "| db | a | 10 | 8 | 9 | 2 / 1 |",
+        "| db | b | 10 | 1 | 2 | 2 / 1 |",
+      ].join("\n"),
+    );
+    expect(kindTable(runs, () => undefined)).toBe("");
+  });
+
   it("mean and range over seeds", () => {
     expect(meanAndRange([10, 20, 30])).toBe("20.0 (10.0–30.0)");
     expect(meanAndRange([12.5])).toBe("12.5");
