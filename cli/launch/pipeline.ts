@@ -17,7 +17,7 @@ import { evalTasks, runEval, samplingSuffix } from "./eval.ts";
 import { startPolicyServer } from "./policy.ts";
 import { nicenessFor, RoleNiceness } from "./priority.ts";
 import type { ProgressView } from "./progress.ts";
-import { startEnvStack } from "./stack.ts";
+import { startEnvStack, stopLeftoverPoolWorkers } from "./stack.ts";
 import { Supervisor } from "./supervisor.ts";
 
 /** The committed warm-up checkpoint (policies/v0/), imported when a run's store has no version. */
@@ -215,6 +215,12 @@ export async function runPipeline(options: PipelineOptions): Promise<PipelineRes
   } finally {
     options.signal?.removeEventListener("abort", abort);
     await supervisor.stopAll();
+    if (!config.tasks.controllerUrl)
+      await stopLeftoverPoolWorkers(
+        join(runDir, "envpool"),
+        config.tasks.mix.map((t) => t.name),
+        log,
+      );
     await transport.close();
   }
   const records = await readMetrics(join(runDir, "metrics.jsonl"));

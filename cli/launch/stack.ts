@@ -1,5 +1,7 @@
 import { join } from "node:path";
+import { stopListedWorkers } from "../../functions/envpool/processDriver.ts";
 import { ControllerClient } from "../../shared/env/client.ts";
+import type { Logger } from "../../shared/log.ts";
 import { freePort } from "../../shared/net.ts";
 import { type Supervisor, waitFor } from "./supervisor.ts";
 
@@ -92,6 +94,8 @@ export async function startEnvStack(supervisor: Supervisor, options: EnvStackOpt
         heartbeatMs,
       ],
       maxRestarts: options.workerRestarts ?? 0,
+      // Closing stops its workers, each with a 5 s grace of its own.
+      stopGraceMs: 15_000,
     });
   }
   const client = new ControllerClient({
@@ -114,4 +118,20 @@ export async function startEnvStack(supervisor: Supervisor, options: EnvStackOpt
     ),
   );
   return controllerUrl;
+}
+
+/**
+ * After the supervisor has stopped the stack: stops any worker a pool left behind (a pool killed
+ * while it was closing; its workers are detached so that a restarted pool adopts them), so no
+ * `env serve` outlives the run. Returns how many it stopped (0 when the pools closed cleanly).
+ */
+export async function stopLeftoverPoolWorkers(
+  stateDir: string,
+  tasks: readonly string[],
+  log: Logger,
+): Promise<number> {
+  const counts = await Promise.all(tasks.map((task) => stopListedWorkers(join(stateDir, task), task, log)));
+  const stopped = counts.reduce((sum, n) => sum + n, 0);
+  if (stopped > 0) log.warn({ stopped }, "stopped env workers their pools left running");
+  return stopped;
 }

@@ -29,6 +29,11 @@ export interface RoleSpec {
    * started on a fixed port (shared/net.ts `freePort`) so that the URL others hold stays valid. @default 0
    */
   readonly maxRestarts?: number;
+  /**
+   * SIGKILL the role this long after SIGTERM instead of the stop call's grace: for a role that
+   * stops processes of its own on close (an env pool stops its workers), longer than theirs.
+   */
+  readonly stopGraceMs?: number;
 }
 
 export interface RoleExit {
@@ -202,7 +207,7 @@ export class Supervisor {
   private async terminate(role: Running, graceMs: number): Promise<RoleExit> {
     role.stopped = true;
     if (role.child.exitCode === null && role.child.signalCode === null) role.child.kill("SIGTERM");
-    const timer = setTimeout(() => role.child.kill("SIGKILL"), graceMs);
+    const timer = setTimeout(() => role.child.kill("SIGKILL"), role.spec.stopGraceMs ?? graceMs);
     const exit = await role.exited;
     clearTimeout(timer);
     if (!role.log.writableEnded) role.log.end();

@@ -134,6 +134,19 @@ export class ProcessDriver implements WorkerDriver {
   }
 }
 
+/**
+ * Stops every worker a pool's state folder still lists as running (SIGTERM, SIGKILL after the
+ * grace): what the launcher does once the pool itself has stopped, because workers are detached
+ * to outlive a pool that dies, and a pool killed while closing leaves them running. Returns how
+ * many it stopped.
+ */
+export async function stopListedWorkers(stateDir: string, task: string, log: Logger): Promise<number> {
+  const driver = new ProcessDriver({ task, controllerUrl: "", stateDir, log });
+  const running = (await driver.list()).filter((worker) => worker.state === "running");
+  await Promise.all(running.map((worker) => driver.stop(worker.id, "its pool has stopped")));
+  return running.length;
+}
+
 function pidOf(id: string): number {
   const pid = Number(id.replace(/^pid:/, ""));
   if (!Number.isSafeInteger(pid) || pid <= 0) throw new Error(`not a process worker id: ${id}`);

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { exampleNumbers } from "../../env-images/example/index.ts";
 import { type RunningController, startController } from "../../functions/controller/controller.ts";
 import { PoolManager, type PoolOptions } from "../../functions/envpool/manager.ts";
-import { ProcessDriver } from "../../functions/envpool/processDriver.ts";
+import { ProcessDriver, stopListedWorkers } from "../../functions/envpool/processDriver.ts";
 import { ControllerClient, EnvCapacityError } from "../../shared/env/client.ts";
 import { createLogger } from "../../shared/log.ts";
 import { SessionInfo } from "../../shared/protocol/envApi.ts";
@@ -167,6 +167,25 @@ describe("env pool with the process driver", () => {
   );
 
   it(
+    "stops the workers a pool left listed when it died without closing, and only those",
+    async () => {
+      const stateDir = tempDir("envpool-leftover-");
+      // A pool that dies (SIGKILL while closing) leaves its detached workers running, listed.
+      const { driver } = pool({ stateDir });
+      const worker = await driver.launch({ concurrency: 1 });
+      const pid = Number(worker.id.replace("pid:", ""));
+      expect(alive(pid)).toBe(true);
+      expect(await stopListedWorkers(stateDir, "other-task", log)).toBe(0);
+      expect(alive(pid)).toBe(true);
+      expect(await stopListedWorkers(stateDir, "example", log)).toBe(1);
+      expect(alive(pid)).toBe(false);
+      expect(await driver.list()).toEqual([]);
+      expect(await stopListedWorkers(stateDir, "example", log)).toBe(0);
+    },
+    SLOW,
+  );
+
+  it(
     "gives each exclusive episode a fresh worker, hidden behind a warm pool",
     async () => {
       const { manager } = pool({ stateDir: tempDir("envpool-excl-"), exclusive: true, warmWorkers: 1, maxWorkers: 2 });
@@ -189,3 +208,12 @@ describe("env pool with the process driver", () => {
     SLOW,
   );
 });
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
