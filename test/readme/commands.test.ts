@@ -56,7 +56,10 @@ const EXERCISED: ReadonlyArray<[string, string]> = [
   ["What to do next", "checked to be the command npm start printed"],
   ["Look inside a run", "the same view command as above"],
   ["Evaluate a run or a model", "run with --n 1"],
-  ["Train longer: learning, measured", "a 30-minute run: its config is validated by test/unit/quickstart.test.ts"],
+  [
+    "Train longer: learning, measured",
+    "an hour of runs: npm run learning end to end (one step, two arms at a time) is test/e2e/learning.test.ts's; its config is validated by test/unit/quickstart.test.ts",
+  ],
   [
     "AgentBench tasks",
     "env check run as written; the fetch is test/agentbench/fetch.test.ts's (a loopback mirror: no network here)",

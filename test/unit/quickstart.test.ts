@@ -8,7 +8,12 @@ import { loadCheckpoint } from "../../shared/model/checkpoint.ts";
 import { initBackend } from "../../shared/model/index.ts";
 import { LocalObjectStore } from "../../shared/transport/local.ts";
 
-const SHIPPED = [QUICKSTART_CONFIG, fileURLToPath(new URL("../../configs/learning.yaml", import.meta.url))];
+const SHIPPED = [
+  QUICKSTART_CONFIG,
+  ...["learning.yaml", "learning-planted-habit.yaml"].map((name) =>
+    fileURLToPath(new URL(`../../configs/${name}`, import.meta.url)),
+  ),
+];
 
 describe("the shipped configs (npm start runs the first)", () => {
   it.each(SHIPPED)("%s is valid, multi-task, with its committed base checkpoint's model", async (file) => {
