@@ -84,7 +84,7 @@ export interface SftOptions {
    * Share of the expert traces replaced by their blind version (`blindTrace`): the request answered
    * at once with the expert's final turn, without looking anything up, as a demonstrator that
    * sometimes answers from memory would. The warm-up then imitates both habits, and RL has a known
-   * flaw to fix (configs/learning.yaml's base). Variants and crops come from the traces that looked.
+   * flaw to fix (the blind-habit base, docs/learning-history.md). Variants and crops come from the traces that looked.
    * @default 0
    */
   readonly blindShare?: number;
