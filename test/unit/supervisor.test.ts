@@ -1,4 +1,4 @@
-import { readFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { Supervisor } from "../../cli/launch/supervisor.ts";
@@ -28,6 +28,26 @@ describe("Supervisor", () => {
     expect(exits.map((e) => e.name)).toEqual(["bad-worker", "controller"]);
     expect(readFileSync(join(runDir, "logs", "bad-worker.log"), "utf8")).toMatch(/no-such-task/);
     await expect(fetch(`${url}/api/list_workers`)).rejects.toThrow();
+  });
+
+  it("waits a role's own stop grace before SIGKILL (a pool closing its workers), the call's grace otherwise", async () => {
+    const runDir = tempDir("agentrl-supervisor-grace-");
+    // Each role's exit after SIGTERM takes 1.5 s, as a pool's does while its workers stop.
+    const slowExit = join(runDir, "slow-exit.cjs");
+    writeFileSync(
+      slowExit,
+      "const exit = process.exit; process.exit = (code) => setTimeout(() => exit(code), 1500);\n",
+    );
+    const supervisor = new Supervisor(runDir);
+    const slow = { args: ["controller", "--port", "0"], nodeFlags: ["--require", slowExit] };
+    supervisor.start({ name: "hasty", ...slow });
+    supervisor.start({ name: "patient", ...slow, stopGraceMs: 10_000 });
+    await Promise.all([supervisor.urlOf("hasty"), supervisor.urlOf("patient")]);
+    const exits = await supervisor.stopAll(300);
+    expect(exits).toEqual([
+      { name: "patient", code: 0, signal: null },
+      { name: "hasty", code: null, signal: "SIGKILL" },
+    ]);
   });
 
   it.skipIf(process.platform !== "linux")("gives a role's node flags to node itself, before the script", async () => {
