@@ -36,7 +36,8 @@ describe("Supervisor", () => {
     const slowExit = join(runDir, "slow-exit.cjs");
     writeFileSync(
       slowExit,
-      "const exit = process.exit; process.exit = (code) => setTimeout(() => exit(code), 1500);\n",
+      // Installed from the first line, before the role's own SIGTERM handler.
+      "const exit = process.exit;\nprocess.exit = (code) => setTimeout(() => exit(code), 1500);\nprocess.on('SIGTERM', () => process.exit(0));\n",
     );
     const supervisor = new Supervisor(runDir);
     const slow = { args: ["controller", "--port", "0"], nodeFlags: ["--require", slowExit] };
