@@ -147,8 +147,8 @@ for (const signal of ["SIGINT", "SIGTERM"] as const) {
   });
 }
 
-/** Runs one arm at one seed as `agentrl train`, then stores its result. */
-async function runArm(arm: Arm, seed: number, flags: z.infer<typeof Flags>): Promise<ArmResult> {
+/** Runs one arm at one seed as `agentrl train`, then stores its result for the tables to read. */
+async function runArm(arm: Arm, seed: number, flags: z.infer<typeof Flags>): Promise<void> {
   const runDir = join(flags.out, arm.name, `seed-${seed}`);
   // A run killed mid-way restarts from scratch: its store may hold steps of another timing.
   rmSync(runDir, { recursive: true, force: true });
@@ -197,7 +197,6 @@ async function runArm(arm: Arm, seed: number, flags: z.infer<typeof Flags>): Pro
     advantages: advantageSummary(steps.map((step) => step.metrics)),
   };
   writeFileSync(resultFile(flags.out, arm.name, seed), `${JSON.stringify(result)}\n`);
-  return result;
 }
 
 /** Each evaluated task's own `categoryOf` (its instance kinds), from the task modules. */

@@ -49,21 +49,24 @@ function points(report: EvalReport, task: string): number {
   return row === undefined ? Number.NaN : row.success * 100;
 }
 
-function fixed(x: number): string {
-  return Number.isNaN(x) ? "–" : x.toFixed(1);
+/** A number with a typographic minus, as the tables' paired differences print it. */
+function fixed(x: number, digits = 1): string {
+  if (Number.isNaN(x)) return "–";
+  const text = x.toFixed(digits);
+  return text.startsWith("-") ? `−${text.slice(1)}` : text;
 }
 
-function signed(x: number): string {
-  return Number.isNaN(x) ? "–" : `${x >= 0 ? "+" : "−"}${Math.abs(x).toFixed(1)}`;
+function signed(x: number, digits = 1): string {
+  return Number.isNaN(x) || x < 0 ? fixed(x, digits) : `+${fixed(x, digits)}`;
 }
 
-/** "12.3 (10.5–14.0)": mean over seeds and their range; one seed prints its value. */
+/** "12.3 (10.5 to 14.0)": mean over seeds and their range; one seed prints its value. */
 export function meanAndRange(values: readonly number[]): string {
   const finite = values.filter((v) => !Number.isNaN(v));
   if (finite.length === 0) return "–";
   const mean = finite.reduce((a, b) => a + b, 0) / finite.length;
   if (finite.length === 1) return fixed(mean);
-  return `${fixed(mean)} (${fixed(Math.min(...finite))}–${fixed(Math.max(...finite))})`;
+  return `${fixed(mean)} (${fixed(Math.min(...finite))} to ${fixed(Math.max(...finite))})`;
 }
 
 /** Paired difference newest − base of one task ("avg": every task), in points, with its 95% interval. */
@@ -196,7 +199,6 @@ export function advantageTable(arms: ReadonlyMap<string, readonly ArmResult[]>):
     const values = results.flatMap((r) => (r.advantages?.[key] === undefined ? [] : [r.advantages[key] as number]));
     return values.length ? values.reduce((s, v) => s + v, 0) / values.length : Number.NaN;
   };
-  const signed = (x: number) => (Number.isNaN(x) ? "–" : `${x >= 0 ? "+" : ""}${x.toFixed(3)}`);
   const tasks = [
     ...new Set(
       withStats.flatMap(([, results]) =>
@@ -213,18 +215,14 @@ export function advantageTable(arms: ReadonlyMap<string, readonly ArmResult[]>):
   for (const [label, results] of withStats) {
     const cells = tasks.map((t) => {
       const k = (name: string) => avg(results, `task/${t}/${name}`);
-      return `${signed(k("adv_raw_mean"))} ± ${fixed3(k("adv_raw_std"))} → ${signed(k("adv_mean"))} ± ${fixed3(k("adv_std"))}`;
+      return `${signed(k("adv_raw_mean"), 3)} ± ${fixed(k("adv_raw_std"), 3)} → ${signed(k("adv_mean"), 3)} ± ${fixed(k("adv_std"), 3)}`;
     });
     const stale = avg(results, "pool/stale/tokens");
     const current = avg(results, "pool/current/tokens");
     const share = Number.isNaN(stale) ? 0 : stale / (stale + (Number.isNaN(current) ? 0 : current));
     lines.push(
-      `| ${label} | ${cells.join(" | ")} | ${(share * 100).toFixed(1)}% | ${signed(avg(results, "pool/stale/adv_mean"))} / ${signed(avg(results, "pool/current/adv_mean"))} |`,
+      `| ${label} | ${cells.join(" | ")} | ${(share * 100).toFixed(1)}% | ${signed(avg(results, "pool/stale/adv_mean"), 3)} / ${signed(avg(results, "pool/current/adv_mean"), 3)} |`,
     );
   }
   return lines.join("\n");
-}
-
-function fixed3(x: number): string {
-  return Number.isNaN(x) ? "–" : x.toFixed(3);
 }

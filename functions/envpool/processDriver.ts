@@ -153,7 +153,8 @@ function pidOf(id: string): number {
   return pid;
 }
 
-function isAlive(pid: number): boolean {
+/** Whether a process with this pid exists (signal 0 checks without sending anything). */
+export function isAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
     return true;

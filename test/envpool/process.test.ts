@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { exampleNumbers } from "../../env-images/example/index.ts";
 import { type RunningController, startController } from "../../functions/controller/controller.ts";
 import { PoolManager, type PoolOptions } from "../../functions/envpool/manager.ts";
-import { ProcessDriver, stopListedWorkers } from "../../functions/envpool/processDriver.ts";
+import { isAlive, ProcessDriver, stopListedWorkers } from "../../functions/envpool/processDriver.ts";
 import { ControllerClient, EnvCapacityError } from "../../shared/env/client.ts";
 import { createLogger } from "../../shared/log.ts";
 import { SessionInfo } from "../../shared/protocol/envApi.ts";
@@ -174,11 +174,11 @@ describe("env pool with the process driver", () => {
       const { driver } = pool({ stateDir });
       const worker = await driver.launch({ concurrency: 1 });
       const pid = Number(worker.id.replace("pid:", ""));
-      expect(alive(pid)).toBe(true);
+      expect(isAlive(pid)).toBe(true);
       expect(await stopListedWorkers(stateDir, "other-task", log)).toBe(0);
-      expect(alive(pid)).toBe(true);
+      expect(isAlive(pid)).toBe(true);
       expect(await stopListedWorkers(stateDir, "example", log)).toBe(1);
-      expect(alive(pid)).toBe(false);
+      expect(isAlive(pid)).toBe(false);
       expect(await driver.list()).toEqual([]);
       expect(await stopListedWorkers(stateDir, "example", log)).toBe(0);
     },
@@ -208,12 +208,3 @@ describe("env pool with the process driver", () => {
     SLOW,
   );
 });
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}

@@ -76,7 +76,8 @@ describe("learning tables", () => {
   });
 
   it("mean and range over seeds", () => {
-    expect(meanAndRange([10, 20, 30])).toBe("20.0 (10.0–30.0)");
+    expect(meanAndRange([10, 20, 30])).toBe("20.0 (10.0 to 30.0)");
+    expect(meanAndRange([-1, -0.3])).toBe("−0.7 (−1.0 to −0.3)");
     expect(meanAndRange([12.5])).toBe("12.5");
     expect(meanAndRange([])).toBe("–");
   });
@@ -98,7 +99,7 @@ describe("learning tables", () => {
     expect(lines[2]).toMatch(/^\| 1 \| 10\.0 \| 30\.0 \| 20\.0 \| 30\.0 \| 70\.0 \| 50\.0 \| \+30\.0 /);
     expect(lines[3]).toMatch(/^\| 2 \| 10\.0 \| 30\.0 \| 20\.0 \| 40\.0 \| 50\.0 \| 45\.0 \| \+25\.0 /);
     expect(lines[4]).toBe(
-      "| mean (range) | 10.0 (10.0–10.0) | 30.0 (30.0–30.0) | 20.0 (20.0–20.0) | 35.0 (30.0–40.0) | 60.0 (50.0–70.0) | 47.5 (45.0–50.0) | 27.5 (25.0–30.0) |",
+      "| mean (range) | 10.0 (10.0 to 10.0) | 30.0 (30.0 to 30.0) | 20.0 (20.0 to 20.0) | 35.0 (30.0 to 40.0) | 60.0 (50.0 to 70.0) | 47.5 (45.0 to 50.0) | 27.5 (25.0 to 30.0) |",
     );
   });
 
@@ -179,7 +180,7 @@ describe("learning tables", () => {
     expect(lines[0]).toContain("db: estimator mean ± std → trained mean ± std");
     // arms without statistics (runs recorded before them) are left out rather than shown as zeros
     expect(lines).toHaveLength(3);
-    expect(lines[2]).toBe("| full | -0.200 ± 0.500 → +0.000 ± 1.000 | 20.0% | +0.200 / -0.050 |");
+    expect(lines[2]).toBe("| full | −0.200 ± 0.500 → +0.000 ± 1.000 | 20.0% | +0.200 / −0.050 |");
     expect(advantageTable(new Map([["full", [arm("multi", 1, { db: 1 }, { db: 1 })]]]))).toMatch(
       /no advantage statistics/,
     );
