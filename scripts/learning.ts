@@ -219,7 +219,7 @@ for (const arm of arms) {
     if (readResult(resultFile(flags.out, arm.name, seed))) {
       console.error(`[learning] ${arm.name} seed ${seed}: done before, skipped`);
     } else if (flags["dry-run"]) {
-      console.error(`[learning] ${arm.name} seed ${seed}: would run ${arm.config} ${arm.sets.join(" ")}`);
+      console.error(`[learning] ${arm.name} seed ${seed}: would run ${arm.config} ${[...arm.sets, ...flags.set].join(" ")}`);
     } else {
       queue.push({ arm, seed });
     }

@@ -101,6 +101,25 @@ describe("npm run learning", () => {
     expect(unknown.status).toBe(2);
     expect(unknown.stderr).toContain("allowed: --seeds");
   });
+
+  it("--dry-run names every arm with the overrides it would run with, and runs nothing", async () => {
+    const out = join(tempDir("agentrl-learning-"), "never");
+    const dry = await runProcess(TSX, [
+      SCRIPT,
+      ...["--tables", "4,6", "--seeds", "2", "--out", out, "--dry-run"],
+      ...["--set", "trainer.estimator=reinforce++"],
+    ]);
+    expect(dry.status, dry.stderr).toBe(0);
+    // multi, two single-task arms per task (db, os), the two ablations; each at two seeds.
+    expect(dry.stderr.match(/would run/g)).toHaveLength(14);
+    expect(dry.stderr).toMatch(
+      /no-task-norm seed 2: would run \S+ trainer\.taskAdvantageNorm=false trainer\.estimator=reinforce\+\+/,
+    );
+    expect(dry.stderr).toMatch(
+      /single-db-data seed 1: would run .*trainer\.maxSteps=20 trainer\.estimator=reinforce\+\+/,
+    );
+    expect(existsSync(out)).toBe(false);
+  });
 });
 
 /** Command lines of live processes that mention `text` (the run's roles name their run folder). */
