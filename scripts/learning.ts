@@ -219,7 +219,9 @@ for (const arm of arms) {
     if (readResult(resultFile(flags.out, arm.name, seed))) {
       console.error(`[learning] ${arm.name} seed ${seed}: done before, skipped`);
     } else if (flags["dry-run"]) {
-      console.error(`[learning] ${arm.name} seed ${seed}: would run ${arm.config} ${[...arm.sets, ...flags.set].join(" ")}`);
+      console.error(
+        `[learning] ${arm.name} seed ${seed}: would run ${arm.config} ${[...arm.sets, ...flags.set].join(" ")}`,
+      );
     } else {
       queue.push({ arm, seed });
     }
@@ -275,7 +277,7 @@ if (full.length > 0 && flags.tables.has(6)) {
   ]);
   sections.push(`### Table 6: ablations (greedy test success, %)\n\n${table6(full, ablations)}`);
   sections.push(
-    `### Table 6: what each mechanism changed (token advantages, mean over steps and seeds)\n\n${advantageTable(new Map([["full", full], ...ablations]))}`,
+    `### Table 6: what each mechanism changed (token advantages, mean over steps and seeds)\n\n${advantageTable(new Map([["full", full], ...[...ablations].map(([label, arm]) => [`without ${label}`, arm] as const)]))}`,
   );
 }
 const compute = [...results.values()].flat().reduce((s, r) => s + r.wallSeconds, 0);

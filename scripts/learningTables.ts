@@ -60,12 +60,12 @@ function signed(x: number, digits = 1): string {
   return Number.isNaN(x) || x < 0 ? fixed(x, digits) : `+${fixed(x, digits)}`;
 }
 
-/** "12.3 (10.5 to 14.0)": mean over seeds and their range; one seed prints its value. */
+/** "12.3 (10.5 to 14.0)": mean over seeds and their range; one value (or all equal) prints just it. */
 export function meanAndRange(values: readonly number[]): string {
   const finite = values.filter((v) => !Number.isNaN(v));
   if (finite.length === 0) return "–";
   const mean = finite.reduce((a, b) => a + b, 0) / finite.length;
-  if (finite.length === 1) return fixed(mean);
+  if (finite.every((v) => v === finite[0])) return fixed(mean);
   return `${fixed(mean)} (${fixed(Math.min(...finite))} to ${fixed(Math.max(...finite))})`;
 }
 
@@ -176,7 +176,7 @@ export function table6(full: readonly ArmResult[], ablations: ReadonlyMap<string
   ];
   const row = (label: string, results: readonly ArmResult[], pairs: string) =>
     `| ${label} | ${tasks.map((t) => meanAndRange(results.map((r) => points(r.newest, t)))).join(" | ")} | ${pairs} |`;
-  lines.push(row(`full (base: avg ${meanAndRange(full.map((r) => points(r.base, "avg")))})`, full, "–"));
+  lines.push(row(`full (base avg ${meanAndRange(full.map((r) => points(r.base, "avg")))})`, full, "–"));
   for (const [label, results] of ablations) {
     const pairs = bySeed(results).flatMap((a) => {
       const f = full.find((x) => x.seed === a.seed);
