@@ -61,12 +61,12 @@ function signed(x: number, digits = 1): string {
 }
 
 /** "12.3 (10.5 to 14.0)": mean over seeds and their range; one value (or all equal) prints just it. */
-export function meanAndRange(values: readonly number[]): string {
+export function meanAndRange(values: readonly number[], format: (x: number) => string = fixed): string {
   const finite = values.filter((v) => !Number.isNaN(v));
   if (finite.length === 0) return "–";
   const mean = finite.reduce((a, b) => a + b, 0) / finite.length;
-  if (finite.every((v) => v === finite[0])) return fixed(mean);
-  return `${fixed(mean)} (${fixed(Math.min(...finite))} to ${fixed(Math.max(...finite))})`;
+  if (finite.every((v) => v === finite[0])) return format(mean);
+  return `${format(mean)} (${format(Math.min(...finite))} to ${format(Math.max(...finite))})`;
 }
 
 /** Paired difference newest − base of one task ("avg": every task), in points, with its 95% interval. */
@@ -100,7 +100,10 @@ export function table3(arm: readonly ArmResult[]): string {
       `| ${r.seed} | ${tasks.map((t) => fixed(points(r.base, t))).join(" | ")} | ${tasks.map((t) => fixed(points(r.newest, t))).join(" | ")} | ${pairedPoints(r.base, r.newest, "avg")} |`,
     );
   lines.push(
-    `| mean (range) | ${tasks.map((t) => meanAndRange(runs.map((r) => points(r.base, t)))).join(" | ")} | ${tasks.map((t) => meanAndRange(runs.map((r) => points(r.newest, t)))).join(" | ")} | ${meanAndRange(runs.map((r) => points(r.newest, "avg") - points(r.base, "avg")))} |`,
+    `| mean (range) | ${tasks.map((t) => meanAndRange(runs.map((r) => points(r.base, t)))).join(" | ")} | ${tasks.map((t) => meanAndRange(runs.map((r) => points(r.newest, t)))).join(" | ")} | ${meanAndRange(
+      runs.map((r) => points(r.newest, "avg") - points(r.base, "avg")),
+      (x) => signed(x),
+    )} |`,
   );
   return lines.join("\n");
 }
