@@ -271,6 +271,40 @@ console.log(JSON.stringify({ name: info.name, dawn: readFileSync("/proc/self/map
 process.exit(0);
 `;
 
+/**
+ * Queues thousands of disposals (a model's worth of tensors) and exits at once. The device thread
+ * must finish them first: terminating it while Dawn releases a buffer aborts the process (a fatal
+ * napi_throw, seen as gpu-check's exit 134 on a loaded machine). A later exit listener reports
+ * whether the bridge had drained and ended by then.
+ */
+const EXIT_WITH_QUEUED_DISPOSALS = `
+import * as tf from "@tensorflow/tfjs";
+import { initBackend } from "./shared/model/index.ts";
+await initBackend("webgpu");
+const kept = [];
+for (let i = 0; i < 3000; i++) kept.push(tf.add(tf.fill([1 + (i % 64) * 97], i), 1));
+kept.at(-1).dataSync();
+for (const t of kept) t.dispose();
+const bridge = tf.findBackend("webgpu");
+process.on("exit", () => console.log(JSON.stringify({ drained: bridge.isDisposed })));
+process.exit(0);
+`;
+
+describe.skipIf(!hasAdapter)("webgpu device thread lifetime", () => {
+  it("exiting with disposals queued drains the device thread before it ends", async () => {
+    const run = await runProcess(process.execPath, [
+      "--import",
+      "tsx",
+      "--input-type=module",
+      "-e",
+      EXIT_WITH_QUEUED_DISPOSALS,
+    ]);
+    expect(run.stderr).not.toMatch(/FATAL|napi/);
+    expect(run.status).toBe(0);
+    expect(JSON.parse(run.stdout)).toEqual({ drained: true });
+  }, 120_000);
+});
+
 describe("backend choice", () => {
   it("the default wasm path never loads Dawn", async () => {
     const run = await runProcess(process.execPath, ["--import", "tsx", "--input-type=module", "-e", PROBE, "wasm"]);

@@ -24,6 +24,8 @@ export class WebGpuBridgeError extends AgentRlError {
 
 /** How long one answer may take before the device thread is given up on (a lost device, a hang). */
 const ANSWER_TIMEOUT_MS = 10 * 60 * 1000;
+/** How long disposing (or the process exiting) waits for the device thread to finish its queue. */
+const DRAIN_TIMEOUT_MS = 30 * 1000;
 
 interface Data {
   readonly id: number;
@@ -38,6 +40,8 @@ export class WebGpuBridgeBackend extends tf.KernelBackend {
   private nextSeq = 1;
   private readonly signal: Int32Array;
   private disposed = false;
+  /** Set when the device thread has ended on its own (a crash): nothing is left to drain. */
+  threadEnded = false;
 
   constructor(
     private readonly worker: Worker,
@@ -55,10 +59,10 @@ export class WebGpuBridgeBackend extends tf.KernelBackend {
   }
 
   /** Posts a request and blocks until its answer (the device thread notifies `signal` after posting it). */
-  private call(message: Extract<ToDevice, { seq: number }>): FromDevice {
+  private call(message: Extract<ToDevice, { seq: number }>, timeoutMs = ANSWER_TIMEOUT_MS): FromDevice {
     Atomics.store(this.signal, 0, 0);
     this.post(message);
-    const deadline = Date.now() + ANSWER_TIMEOUT_MS;
+    const deadline = Date.now() + timeoutMs;
     for (;;) {
       const received = receiveMessageOnPort(this.replies);
       if (received) {
@@ -70,9 +74,7 @@ export class WebGpuBridgeBackend extends tf.KernelBackend {
         continue;
       }
       if (Date.now() > deadline)
-        throw new WebGpuBridgeError(
-          `webgpu ${message.type}: no answer from the device thread in ${ANSWER_TIMEOUT_MS} ms`,
-        );
+        throw new WebGpuBridgeError(`webgpu ${message.type}: no answer from the device thread in ${timeoutMs} ms`);
       Atomics.wait(this.signal, 0, 0, 1000);
       Atomics.store(this.signal, 0, 0);
     }
@@ -196,11 +198,31 @@ export class WebGpuBridgeBackend extends tf.KernelBackend {
     return false;
   }
 
+  /** True once dispose() has drained and ended the device thread. */
+  get isDisposed(): boolean {
+    return this.disposed;
+  }
+
+  /**
+   * Blocks until the device thread has handled every message posted so far and the GPU has
+   * finished their work. Ending the thread before that can abort the process: Dawn raises a fatal
+   * error when its thread is terminated while it releases a buffer.
+   */
+  drain(timeoutMs = DRAIN_TIMEOUT_MS): void {
+    const answer = this.call({ type: "drain", seq: this.nextSeq++ }, timeoutMs);
+    if (answer.type !== "drained") throw new WebGpuBridgeError(`webgpu drain: unexpected ${answer.type}`);
+  }
+
+  /** Drains the device thread, then ends it. Also runs as the process exits (registerWebGpuBridge). */
   override dispose(): void {
     if (this.disposed) return;
-    this.disposed = true;
-    this.replies.close();
-    void this.worker.terminate();
+    try {
+      if (!this.threadEnded) this.drain();
+    } finally {
+      this.disposed = true;
+      this.replies.close();
+      void this.worker.terminate();
+    }
   }
 }
 
@@ -248,9 +270,20 @@ export async function registerWebGpuBridge(flags: readonly string[] = []): Promi
     await worker.terminate();
     throw new WebGpuBridgeError(ready.type === "unavailable" ? ready.reason : `unexpected ${ready.type}`);
   }
-  // The device thread must not keep a finished program alive.
+  // The device thread must not keep a finished program alive; but a program that ends (or calls
+  // process.exit) with disposals still queued lets the thread finish them first.
   worker.unref();
   const bridge = new WebGpuBridgeBackend(worker, channel.port1, signal, ready.adapter);
+  worker.once("exit", () => {
+    bridge.threadEnded = true;
+  });
+  process.once("exit", () => {
+    try {
+      bridge.dispose();
+    } catch (error) {
+      process.stderr.write(`webgpu: the device thread did not finish its queue before exit: ${String(error)}\n`);
+    }
+  });
   tf.registerBackend("webgpu", () => bridge);
   for (const kernelName of ready.kernels)
     tf.registerKernel({

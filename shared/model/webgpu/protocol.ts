@@ -38,6 +38,8 @@ export const ToDevice = z.discriminatedUnion("type", [
   }),
   z.object({ type: z.literal("read"), seq: z.number().int(), id: z.number().int() }),
   z.object({ type: z.literal("dispose"), id: z.number().int() }),
+  /** Answered once every earlier message is handled and the GPU has finished the work they queued. */
+  z.object({ type: z.literal("drain"), seq: z.number().int() }),
 ]);
 export type ToDevice = z.infer<typeof ToDevice>;
 
@@ -63,6 +65,7 @@ export const FromDevice = z.discriminatedUnion("type", [
     outputs: z.array(z.object({ shape: Shape, dtype: DType })),
   }),
   z.object({ type: z.literal("values"), seq: z.number().int(), values: Values }),
+  z.object({ type: z.literal("drained"), seq: z.number().int() }),
   z.object({ type: z.literal("failed"), seq: z.number().int(), message: z.string() }),
 ]);
 export type FromDevice = z.infer<typeof FromDevice>;

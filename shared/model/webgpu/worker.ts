@@ -15,6 +15,7 @@ type TensorInfo = { dataId: object; shape: number[]; dtype: tf.DataType };
 
 let tfjs: typeof tf | undefined;
 let backend: tf.KernelBackend | undefined;
+let device: GPUDevice | undefined;
 let reply: MessagePort | undefined;
 let signal: Int32Array | undefined;
 /** Main-thread id → this backend's tensor. */
@@ -70,7 +71,7 @@ async function start(message: Extract<ToDevice, { type: "init" }>): Promise<void
   backend = tfjs.backend();
   // A WebGPU validation error is not thrown: the pipeline is skipped and its output left as it
   // was. Catch every one, so that the next answer fails instead of returning wrong numbers.
-  const device = (backend as unknown as { device: GPUDevice }).device;
+  device = (backend as unknown as { device: GPUDevice }).device;
   device.addEventListener("uncapturederror", (event) => {
     deferredError ??= `WebGPU: ${(event as GPUUncapturedErrorEvent).error.message}`;
   });
@@ -172,10 +173,24 @@ async function handle(message: ToDevice): Promise<void> {
     case "dispose": {
       const t = tensors.get(message.id);
       tensors.delete(message.id);
-      // A kernel output may share its input's data (reshape): the backend counts references.
-      if (t) (backend as tf.KernelBackend).disposeData(t.dataId);
+      try {
+        // A kernel output may share its input's data (reshape): the backend counts references.
+        if (t) (backend as tf.KernelBackend).disposeData(t.dataId);
+      } catch (error) {
+        deferredError ??= messageOf(error);
+      }
       return;
     }
+    case "drain":
+      // The main thread waits for this before it ends the thread: terminating it while Dawn
+      // releases a buffer aborts the whole process (a fatal napi_throw).
+      try {
+        await device?.queue.onSubmittedWorkDone();
+        answer({ type: "drained", seq: message.seq });
+      } catch (error) {
+        answer({ type: "failed", seq: message.seq, message: messageOf(error) });
+      }
+      return;
     case "kernel":
       try {
         answer(runKernel(message));
@@ -210,5 +225,10 @@ control.on("message", (raw: unknown) => {
     deferredError ??= `bad message: ${parsed.error.message}`;
     return;
   }
-  queue = queue.then(() => handle(parsed.data));
+  // A handler that throws must not stall the messages after it (a rejected chain skips them).
+  queue = queue
+    .then(() => handle(parsed.data))
+    .catch((error: unknown) => {
+      deferredError ??= messageOf(error);
+    });
 });
