@@ -272,12 +272,12 @@ if (of("multi").length > 0 && flags.tables.has(4)) {
 const full = of(results.has("ablation-full") ? "ablation-full" : "multi");
 if (full.length > 0 && flags.tables.has(6)) {
   const ablations = new Map([
-    ["cross-policy sampling", of("no-cross-policy")],
-    ["task advantage normalization", of("no-task-norm")],
+    ["without cross-policy sampling", of("no-cross-policy")],
+    ["without task advantage normalization", of("no-task-norm")],
   ]);
   sections.push(`### Table 6: ablations (greedy test success, %)\n\n${table6(full, ablations)}`);
   sections.push(
-    `### Table 6: what each mechanism changed (token advantages, mean over steps and seeds)\n\n${advantageTable(new Map([["full", full], ...[...ablations].map(([label, arm]) => [`without ${label}`, arm] as const)]))}`,
+    `### Table 6: what each mechanism changed (token advantages, mean over steps and seeds)\n\n${advantageTable(new Map([["full", full], ...ablations]))}`,
   );
 }
 const compute = [...results.values()].flat().reduce((s, r) => s + r.wallSeconds, 0);

@@ -49,15 +49,18 @@ function points(report: EvalReport, task: string): number {
   return row === undefined ? Number.NaN : row.success * 100;
 }
 
-/** A number with a typographic minus, as the tables' paired differences print it. */
-function fixed(x: number, digits = 1): string {
+/** A number with a typographic minus, as the tables' paired differences print it; none on a rounded zero. */
+export function fixed(x: number, digits = 1): string {
   if (Number.isNaN(x)) return "–";
   const text = x.toFixed(digits);
+  if (Number(text) === 0) return (0).toFixed(digits);
   return text.startsWith("-") ? `−${text.slice(1)}` : text;
 }
 
-function signed(x: number, digits = 1): string {
-  return Number.isNaN(x) || x < 0 ? fixed(x, digits) : `+${fixed(x, digits)}`;
+/** As fixed, with a "+" on anything that does not print negative. */
+export function signed(x: number, digits = 1): string {
+  const text = fixed(x, digits);
+  return Number.isNaN(x) || text.startsWith("−") ? text : `+${text}`;
 }
 
 /** "12.3 (10.5 to 14.0)": mean over seeds and their range; one value (or all equal) prints just it. */
@@ -102,7 +105,7 @@ export function table3(arm: readonly ArmResult[]): string {
   lines.push(
     `| mean (range) | ${tasks.map((t) => meanAndRange(runs.map((r) => points(r.base, t)))).join(" | ")} | ${tasks.map((t) => meanAndRange(runs.map((r) => points(r.newest, t)))).join(" | ")} | ${meanAndRange(
       runs.map((r) => points(r.newest, "avg") - points(r.base, "avg")),
-      (x) => signed(x),
+      signed,
     )} |`,
   );
   return lines.join("\n");
@@ -185,7 +188,7 @@ export function table6(full: readonly ArmResult[], ablations: ReadonlyMap<string
       const f = full.find((x) => x.seed === a.seed);
       return f ? [`s${a.seed} ${pairedPoints(f.newest, a.newest, "avg")}`] : [];
     });
-    lines.push(row(`without ${label}`, results, pairs.join("; ") || "–"));
+    lines.push(row(label, results, pairs.join("; ") || "–"));
   }
   return lines.join("\n");
 }

@@ -3,9 +3,11 @@ import {
   type ArmResult,
   advantageSummary,
   advantageTable,
+  fixed,
   kindTable,
   meanAndRange,
   pairedPoints,
+  signed,
   table3,
   table4,
   table6,
@@ -75,6 +77,15 @@ describe("learning tables", () => {
     expect(kindTable(runs, () => undefined)).toBe("");
   });
 
+  it("numbers print a typographic minus, and a value that rounds to zero prints no minus", () => {
+    expect(fixed(-1.25)).toBe("−1.3");
+    expect(fixed(-0.0001, 3)).toBe("0.000");
+    expect(signed(-0.0001, 3)).toBe("+0.000");
+    expect(signed(0.4)).toBe("+0.4");
+    expect(signed(-0.4)).toBe("−0.4");
+    expect(signed(Number.NaN)).toBe("–");
+  });
+
   it("mean and range over seeds", () => {
     expect(meanAndRange([10, 20, 30])).toBe("20.0 (10.0 to 30.0)");
     expect(meanAndRange([-1, -0.3])).toBe("−0.7 (−1.0 to −0.3)");
@@ -122,8 +133,8 @@ describe("learning tables", () => {
   it("table 6: the full run, each ablation and its per-seed paired difference from the full run", () => {
     const full = [arm("multi", 1, { db: 0, os: 0 }, { db: 5, os: 5 })];
     const ablations = new Map([
-      ["cross-policy sampling", [arm("no-cross-policy", 1, { db: 0, os: 0 }, { db: 3, os: 5 })]],
-      ["task advantage normalization", []],
+      ["without cross-policy sampling", [arm("no-cross-policy", 1, { db: 0, os: 0 }, { db: 3, os: 5 })]],
+      ["without task advantage normalization", []],
     ]);
     const md = table6(full, ablations);
     expect(md).toContain("| full (base avg 0.0) | 50.0 | 50.0 | 50.0 | – |");
