@@ -69,9 +69,29 @@ export function sqsQueueNames(queuePrefix: string, name: string): { main: string
   return { main: `${queuePrefix}-${name}`, dlq: `${queuePrefix}-${name}-dlq` };
 }
 
+/**
+ * How long a connection may take to open, and a socket may stay silent, before the SDK gives the
+ * request up (a retryable TimeoutError). Without them a connection the server never answers hangs
+ * a role for good: the SDK's own default is no timeout. The silence allowed is well above SQS's
+ * longest long poll (20 s), and it bounds silence rather than the whole request, so a large
+ * checkpoint upload is not cut off.
+ */
+export const AWS_CONNECTION_TIMEOUT_MS = 10_000;
+export const AWS_SOCKET_IDLE_TIMEOUT_MS = 60_000;
+
 /** The two SDK clients of one transport, built from the config (endpoint override, path-style S3). */
-export function createAwsClients(config: TransportConfig): { sqs: SQSClient; s3: S3Client } {
-  const common = { region: config.region, ...(config.endpoint ? { endpoint: config.endpoint } : {}) };
+export function createAwsClients(
+  config: TransportConfig,
+  timeouts: { connectionMs: number; idleMs: number } = {
+    connectionMs: AWS_CONNECTION_TIMEOUT_MS,
+    idleMs: AWS_SOCKET_IDLE_TIMEOUT_MS,
+  },
+): { sqs: SQSClient; s3: S3Client } {
+  const common = {
+    region: config.region,
+    ...(config.endpoint ? { endpoint: config.endpoint } : {}),
+    requestHandler: { connectionTimeout: timeouts.connectionMs, socketTimeout: timeouts.idleMs },
+  };
   const sqs = new SQSClient(common);
   const s3 = new S3Client({ ...common, forcePathStyle: true });
   sqs.middlewareStack.add(
