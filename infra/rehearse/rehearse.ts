@@ -169,6 +169,8 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
   const { config } = options.templates;
   const runner = options.runner ?? processRunner();
   const running = new Map<TaskRoleDefinition, ChildProcess>();
+  /** The last 3,000 characters each role wrote to stderr (reported when a role has to be killed). */
+  const stderrTails = new Map<string, string>();
   const stops: Record<string, RoleStop> = {};
   let timeout: ReturnType<typeof setTimeout> | undefined;
   const authorizationLog = join(mkdtempSync(join(tmpdir(), "agentrl-rehearse-moto-")), "authorized.jsonl");
@@ -296,11 +298,12 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
       let tail = "";
       child.stderr?.setEncoding("utf8").on("data", (chunk: string) => {
         tail = (tail + chunk).slice(-3000);
+        stderrTails.set(definition.key, tail);
         for (const line of chunk.split("\n")) {
           const denial = parseDenial(line, definition.key);
           if (denial) {
             denials.push(denial);
-            finish(`role ${denial.role} was denied ${denial.action} on ${denial.resource}`);
+            finish(describeDenial(denial));
           }
         }
       });
@@ -374,7 +377,8 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
     if (!failure && expected.some((v) => !versions.includes(v)))
       failure = `the checkpoint bucket holds versions ${versions.join(", ")}, expected ${expected.join(", ")}`;
     if (!failure && denials.length > 0)
-      failure = `denied: ${denials.map((d) => `${d.role} ${d.action} ${d.resource}`).join("; ")}`;
+      // A denial a role logged after the trainer had finished (a loaded host's late consumer).
+      failure = denials.map(describeDenial).join("; ");
     const deadLetters: Partial<Record<QueueName, readonly DeadLetter[]>> = {};
     // A consumer dead-letters its poison on the last delivery; give a slow one a little time.
     for (const deadline = Date.now() + 30_000; ; ) {
@@ -412,6 +416,11 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
       if (!child) throw new Error(`role ${definition.key} is not running`);
       const stopped = await runner.stop(definition, child);
       stops[definition.key] = stopped;
+      // A role that ignored SIGTERM was stuck somewhere: its last words say where.
+      if (stopped.exitCode === null || stopped.exitCode === 137)
+        log(
+          `role ${definition.key} was killed after its ${stopped.limitSeconds} s stop timeout; its last stderr:\n${stderrTails.get(definition.key) ?? "(none)"}`,
+        );
       return stopped;
     };
     if (!failure && options.beforeStop)
@@ -495,6 +504,11 @@ async function drained(sqs: SQSClient, queueName: string, limitMs: number): Prom
       return;
     await new Promise((r) => setTimeout(r, 250));
   }
+}
+
+/** How a failure names a denial, whether it ended the run or was read after the run had ended. */
+export function describeDenial(denial: Denial): string {
+  return `role ${denial.role} was denied ${denial.action} on ${denial.resource}`;
 }
 
 /** A denial line a role wrote (shared/transport: `access-denied` from IAM, `access-violation` from the role-access table). */
