@@ -295,10 +295,9 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
         endpoint: moto.endpoint,
       });
       running.set(definition, child);
-      let tail = "";
+      const tail = () => stderrTails.get(definition.key) ?? "";
       child.stderr?.setEncoding("utf8").on("data", (chunk: string) => {
-        tail = (tail + chunk).slice(-3000);
-        stderrTails.set(definition.key, tail);
+        stderrTails.set(definition.key, (tail() + chunk).slice(-3000));
         for (const line of chunk.split("\n")) {
           const denial = parseDenial(line, definition.key);
           if (denial) {
@@ -320,8 +319,8 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
           }
         });
         child.once("exit", (code) => {
-          if (definition.role === "trainer") finish(code === 0 ? "" : `the trainer exited with ${code}: ${tail}`);
-          else finish(`role ${definition.key} exited with ${code}: ${tail}`);
+          if (definition.role === "trainer") finish(code === 0 ? "" : `the trainer exited with ${code}: ${tail()}`);
+          else finish(`role ${definition.key} exited with ${code}: ${tail()}`);
           resolveReady();
         });
       });

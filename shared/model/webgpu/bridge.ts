@@ -40,8 +40,8 @@ export class WebGpuBridgeBackend extends tf.KernelBackend {
   private nextSeq = 1;
   private readonly signal: Int32Array;
   private disposed = false;
-  /** Set when the device thread has ended on its own (a crash): nothing is left to drain. */
-  threadEnded = false;
+  /** Set when the device thread has ended (a crash, or terminate()): nothing is left to drain. */
+  private threadEnded = false;
 
   constructor(
     private readonly worker: Worker,
@@ -51,6 +51,9 @@ export class WebGpuBridgeBackend extends tf.KernelBackend {
   ) {
     super();
     this.signal = new Int32Array(signal);
+    worker.once("exit", () => {
+      this.threadEnded = true;
+    });
   }
 
   private post(message: ToDevice): void {
@@ -274,9 +277,6 @@ export async function registerWebGpuBridge(flags: readonly string[] = []): Promi
   // process.exit) with disposals still queued lets the thread finish them first.
   worker.unref();
   const bridge = new WebGpuBridgeBackend(worker, channel.port1, signal, ready.adapter);
-  worker.once("exit", () => {
-    bridge.threadEnded = true;
-  });
   process.once("exit", () => {
     try {
       bridge.dispose();
