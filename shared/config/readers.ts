@@ -109,6 +109,8 @@ export const CONFIG_READERS: Readonly<Record<string, readonly string[]>> = {
   "trainer.maxStaleness": ["trainer-image/trainer/batch.ts"],
   "trainer.stalePolicy": ["trainer-image/trainer/batch.ts"],
   "trainer.importanceWeightCap": ["trainer-image/trainer/loss.ts"],
+  "trainer.lossReduction": ["trainer-image/trainer/loss.ts"],
+  "trainer.negativeAdvantageWeight": ["trainer-image/trainer/loss.ts"],
   "trainer.groupTimeoutSeconds": ["trainer-image/trainer/trainer.ts"],
   "trainer.microBatchTokens": ["trainer-image/trainer/trainer.ts"],
   "trainer.warmupFactor": ["trainer-image/trainer/trainer.ts", "functions/feeder/feeder.ts"],

@@ -24,6 +24,27 @@ export const TrainerConfig = z
     clipHigh: z.number().min(0).default(0.2).describe("PPO clip above 1"),
     dualClip: z.number().gt(1).default(3).describe("dual-clip constant c for negative advantages"),
     klCoef: z.number().min(0).default(1e-4).describe("KL-to-reference coefficient; 0 disables the reference"),
+    /**
+     * How the policy term averages over a step's tokens. `token-mean` (the reference's): every
+     * trained token counts the same, so a long trajectory weighs in proportion to its length;
+     * `seq-mean-token-mean`: each trajectory's tokens are averaged first, then the trajectories,
+     * so a long failing episode weighs no more than a short success. The KL term stays a token-mean.
+     */
+    lossReduction: z
+      .enum(["token-mean", "seq-mean-token-mean"])
+      .default("token-mean")
+      .describe("policy-term average: over tokens, or per trajectory then over trajectories"),
+    /**
+     * Weight of the policy term on tokens whose advantage is negative: 1 is the plain policy
+     * gradient; 0 learns only from what did better than its baseline (pushes nothing down, so
+     * probability is not spread onto tokens no trajectory chose); in between damps the push-down.
+     */
+    negativeAdvantageWeight: z
+      .number()
+      .min(0)
+      .max(1)
+      .default(1)
+      .describe("policy-term weight of negative-advantage tokens (0: better-than-baseline tokens only)"),
     advantageEps: z.number().positive().default(1e-6).describe("epsilon in advantage normalization"),
     /**
      * Versions a generated token may lag the trainer's weights (every optimizer step is a

@@ -113,3 +113,48 @@ export function ppoLoss(inputs: PpoInputs, params: PpoParams): PpoResult {
     tokens,
   };
 }
+
+/** How the policy term averages over a batch (`trainer.lossReduction`). */
+export type LossReduction = "token-mean" | "seq-mean-token-mean";
+
+/** What shapes the policy term beyond the PPO token loss (trainer config names). */
+export interface PolicyTermShape {
+  readonly lossReduction: LossReduction;
+  /** Multiplier of the policy term on tokens with negative advantage, in [0, 1]. */
+  readonly negativeAdvantageWeight: number;
+}
+
+/**
+ * Per-token multipliers of the policy term that turn the loss's token-mean (sum over the batch's
+ * loss tokens / their count) into the chosen shape. `seq-mean-token-mean` weights a row's tokens by
+ * `tokens / (rows * rowTokens)`, so the sum over the batch divided by `tokens` is the mean over rows
+ * of each row's token-mean; `negativeAdvantageWeight` multiplies tokens whose advantage is below 0.
+ * Every token of the loss is linear in its weight (ppoTokenLoss is linear in A for a given sign), so
+ * this is exact. Undefined when the shape is the plain token-mean (nothing to multiply).
+ * @example policyTermWeights([{ advantages: [0, 1, 1], lossMask: [0, 1, 1] }, { advantages: [-1], lossMask: [1] }], { lossReduction: "seq-mean-token-mean", negativeAdvantageWeight: 1 }) // [[0, 0.75, 0.75], [1.5]]
+ */
+export function policyTermWeights(
+  rows: ReadonlyArray<{ readonly advantages: ArrayLike<number>; readonly lossMask: ArrayLike<number> }>,
+  shape: PolicyTermShape,
+): number[][] | undefined {
+  const perSequence = shape.lossReduction === "seq-mean-token-mean";
+  if (!perSequence && shape.negativeAdvantageWeight === 1) return undefined;
+  const rowTokens = rows.map((r) => countMasked(r.lossMask));
+  const trainedRows = rowTokens.filter((n) => n > 0).length;
+  const tokens = rowTokens.reduce((s, n) => s + n, 0);
+  return rows.map((row, b) => {
+    const n = rowTokens[b] as number;
+    const rowWeight = perSequence && n > 0 ? tokens / (trainedRows * n) : 1;
+    return Array.from(row.lossMask, (m, t) => {
+      if (!m) return 0;
+      const negative = (row.advantages[t] as number) < 0;
+      return rowWeight * (negative ? shape.negativeAdvantageWeight : 1);
+    });
+  });
+}
+
+function countMasked(mask: ArrayLike<number>): number {
+  let n = 0;
+  for (let t = 0; t < mask.length; t++) if (mask[t]) n += 1;
+  return n;
+}

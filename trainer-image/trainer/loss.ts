@@ -1,6 +1,6 @@
 import type { TrainerConfig } from "../../shared/config/trainer.ts";
 import type { DataParallelTrainer } from "../../shared/model/dataParallel.ts";
-import type { PpoParams } from "../../shared/rl/ppo.ts";
+import { type PpoParams, policyTermWeights } from "../../shared/rl/ppo.ts";
 import { importanceWeights, type PreparedBatch } from "./batch.ts";
 import type { PpoShardInput, PpoShardStats } from "./ppoShard.ts";
 import type { StepRecorder } from "./stepRecord.ts";
@@ -15,7 +15,10 @@ import type { StepRecorder } from "./stepRecord.ts";
 export interface LossRow {
   /** Denominator of the ratio: the behaviour log-probs, or the proximal ones past the bound. */
   readonly oldLogp: number[];
-  /** Importance weights of tokens past the bound (1 elsewhere); undefined when no token is past it. */
+  /**
+   * Multipliers of the policy term: importance weights of tokens past the bound, times the loss
+   * shape's (`trainer.lossReduction`, `trainer.negativeAdvantageWeight`); undefined when all are 1.
+   */
   readonly weights?: number[];
   readonly refLogp?: Float32Array;
   readonly advantages: number[];
@@ -34,25 +37,30 @@ export type LogProbSource = (
 
 /**
  * The log-probs a step needs before its update: the reference's (KL term, when there is one)
- * and, when some token is past the staleness bound, the current weights' (decoupled PPO).
+ * and, when some token is past the staleness bound, the current weights' (decoupled PPO); then
+ * each token's policy-term weight (importance weight times the loss shape's).
  */
 export async function lossRows(
   batch: PreparedBatch,
   logProbs: LogProbSource,
   withReference: boolean,
-  trainer: Pick<TrainerConfig, "importanceWeightCap">,
+  trainer: Pick<TrainerConfig, "importanceWeightCap" | "lossReduction" | "negativeAdvantageWeight">,
 ): Promise<LossRow[]> {
   const sequences = batch.rows.map((r) => r.tokens);
   const refLogp = withReference && sequences.length ? await logProbs(sequences, "reference") : undefined;
   const needsProximal = batch.rows.some((r) => r.pastBound.some((f) => f === 1));
   const proximal = needsProximal ? await logProbs(sequences, "policy") : undefined;
+  const shape = policyTermWeights(batch.rows, trainer);
   return batch.rows.map((row, i) => {
     const weighted = proximal
       ? importanceWeights(row, proximal[i] as Float32Array, trainer.importanceWeightCap)
       : undefined;
+    const shaped = shape?.[i] as number[] | undefined;
+    const weights =
+      weighted && shaped ? weighted.weights.map((w, t) => w * (shaped[t] as number)) : (weighted?.weights ?? shaped);
     return {
       oldLogp: weighted?.oldLogp ?? row.oldLogp,
-      weights: weighted?.weights,
+      weights,
       refLogp: refLogp?.[i],
       advantages: row.advantages,
       lossMask: row.lossMask,
