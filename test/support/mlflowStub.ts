@@ -1,7 +1,8 @@
 import { randomUUID } from "node:crypto";
-import { createServer, type IncomingMessage, type Server } from "node:http";
+import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { z } from "zod";
+import { bodyOf } from "./httpBody.ts";
 
 /**
  * A stand-in MLflow tracking server on 127.0.0.1: the REST API's routes the sink uses, each body
@@ -99,12 +100,6 @@ class ApiError extends Error {
   ) {
     super(message);
   }
-}
-
-async function bodyOf(request: IncomingMessage): Promise<string> {
-  const chunks: Buffer[] = [];
-  for await (const chunk of request) chunks.push(chunk as Buffer);
-  return Buffer.concat(chunks).toString("utf8");
 }
 
 export async function startMlflowStub(): Promise<MlflowStub> {

@@ -1,6 +1,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { z } from "zod";
+import { bodyOf } from "./httpBody.ts";
 
 /**
  * A stand-in W&B server on 127.0.0.1 for the two routes W&B's own clients use to log a run:
@@ -101,12 +102,6 @@ class Refused extends Error {
   ) {
     super(message);
   }
-}
-
-async function bodyOf(request: IncomingMessage): Promise<string> {
-  const chunks: Buffer[] = [];
-  for await (const chunk of request) chunks.push(chunk as Buffer);
-  return Buffer.concat(chunks).toString("utf8");
 }
 
 /** Starts the stub; `apiKey` is the one key it accepts, and `defaultEntity` the key's entity. */
