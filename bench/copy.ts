@@ -8,7 +8,10 @@
  * evaluator's own code, against an in-process controller, env workers and pinned policy server).
  * "copies" when on every task the answer value costs at most 2x the other tokens and at most ln 2
  * nats per token (better than even odds on average: a model that learned nothing pays ln V on
- * every token and so passes the ratio alone).
+ * every token and so passes the ratio alone). Besides, the loss on assistant tokens that spell a
+ * word of the task's question (a column or table name in a query, a path in a command: copying
+ * from the question rather than from an observation), a subset of the other tokens; it does not
+ * enter the verdict.
  *
  *   npm run bench:copy -- <checkpoint folder> [<folder> ...] [--n N] [--episodes E] [--json]
  *
@@ -116,6 +119,11 @@ export interface TaskProbe {
   readonly otherLoss: number;
   /** valueLoss / otherLoss. */
   readonly ratio: number;
+  /** Assistant tokens (outside the answer value) spelling a word of the question, and their loss: a subset of the other tokens. */
+  readonly questionWordTokens: number;
+  readonly questionWordLoss: number;
+  /** Share of those tokens the model gives p > 0.5. */
+  readonly questionWordConfidentShare: number;
   readonly verdict: "copies" | "guesses";
   /** Greedy success on the first `n` test instances; null with --n 0. */
   readonly greedySuccess: number | null;
@@ -166,6 +174,37 @@ export function answerStart(
   return -1;
 }
 
+/** The words of a task's question (its first user message): runs of letters, digits and `_`, 3 characters or more. */
+export function questionWords(messages: readonly ChatMessage[]): string[] {
+  const first = messages.find((m) => m.role === "user");
+  const text = first && typeof first.content === "string" ? first.content : "";
+  return [...new Set(text.match(/[A-Za-z0-9_]{3,}/g) ?? [])];
+}
+
+/**
+ * Positions of loss-masked (assistant) tokens that spell one of `words` (each given as its token
+ * ids with and without a leading space: a word inside `SUM(stock)` is not tokenized as ` stock`),
+ * outside `excluded` (the answer value's positions).
+ */
+export function questionWordPositions(
+  tokens: readonly number[],
+  lossMask: ArrayLike<number>,
+  words: readonly (readonly number[])[],
+  excluded: (position: number) => boolean,
+): Set<number> {
+  const found = new Set<number>();
+  for (const ids of words) {
+    if (ids.length === 0) continue;
+    for (let i = 0; i + ids.length <= tokens.length; i++) {
+      let match = true;
+      for (let k = 0; k < ids.length && match; k++)
+        match = tokens[i + k] === ids[k] && lossMask[i + k] === 1 && !excluded(i + k);
+      if (match) for (let k = 0; k < ids.length; k++) found.add(i + k);
+    }
+  }
+  return found;
+}
+
 export function verdictOf(valueLoss: number, otherLoss: number): "copies" | "guesses" {
   return valueLoss <= COPY_RATIO * otherLoss && valueLoss <= COPY_MAX_LOSS ? "copies" : "guesses";
 }
@@ -179,22 +218,31 @@ async function lossesOf(folder: string, episodes: number) {
       const { traces } = await collectExpertTraces([await loadTaskModule(name)], episodes, SEED);
       const value = { nll: 0, count: 0, confident: 0 };
       const other = { nll: 0, count: 0 };
+      const question = { nll: 0, count: 0, confident: 0 };
       for (const trace of traces) {
         const { tokens, lossMask } = codec.encodeConversation(trace.messages, trace.tools);
         const logp = policy.logProbs([Int32Array.from(tokens)], 1)[0] as Float32Array;
         const answer = committedValue(trace.messages);
         const valueIds = answer === undefined ? [] : codec.encode(answer);
         const start = answerStart(tokens, lossMask, valueIds);
+        const inValue = (i: number) => start >= 0 && i >= start && i < start + valueIds.length;
+        const words = questionWords(trace.messages).flatMap((w) => [codec.encode(w), codec.encode(` ${w}`)]);
+        const fromQuestion = questionWordPositions(tokens, lossMask, words, inValue);
         for (let i = 0; i < tokens.length; i++) {
           if (lossMask[i] !== 1) continue;
           const nll = -(logp[i] as number);
-          if (start >= 0 && i >= start && i < start + valueIds.length) {
+          if (inValue(i)) {
             value.nll += nll;
             value.count += 1;
             if (nll < Math.log(2)) value.confident += 1;
           } else {
             other.nll += nll;
             other.count += 1;
+            if (fromQuestion.has(i)) {
+              question.nll += nll;
+              question.count += 1;
+              if (nll < Math.log(2)) question.confident += 1;
+            }
           }
         }
       }
@@ -208,6 +256,9 @@ async function lossesOf(folder: string, episodes: number) {
         otherTokens: other.count,
         otherLoss,
         ratio: valueLoss / Math.max(otherLoss, Number.MIN_VALUE),
+        questionWordTokens: question.count,
+        questionWordLoss: question.nll / Math.max(1, question.count),
+        questionWordConfidentShare: question.confident / Math.max(1, question.count),
         verdict: verdictOf(valueLoss, otherLoss),
       });
     }
@@ -312,7 +363,13 @@ export function copyTable(probes: readonly CheckpointProbe[], options: { n: numb
     "checkpoint",
     "model",
     "params",
-    ...TASKS.flatMap((t) => [`${t} value / other loss`, `${t} ratio`, `${t} p > 0.5`, `${t} greedy %`]),
+    ...TASKS.flatMap((t) => [
+      `${t} value / other loss`,
+      `${t} ratio`,
+      `${t} p > 0.5`,
+      `${t} question-word loss (p > 0.5)`,
+      `${t} greedy %`,
+    ]),
     "avg greedy %",
     "verdict",
     "recipe",
@@ -325,6 +382,7 @@ export function copyTable(probes: readonly CheckpointProbe[], options: { n: numb
       `${t.valueLoss.toFixed(3)} / ${t.otherLoss.toFixed(3)}`,
       `${t.ratio.toFixed(1)}x`,
       t.confidentShare.toFixed(2),
+      `${t.questionWordLoss.toFixed(3)} (${t.questionWordConfidentShare.toFixed(2)})`,
       percent(t.greedySuccess),
     ]),
     percent(p.greedyAverage),
@@ -335,7 +393,9 @@ export function copyTable(probes: readonly CheckpointProbe[], options: { n: numb
     `Copy probe: loss per assistant token (nats) on the committed answer value vs every other assistant token, ` +
     `${options.episodes} seeded train-split expert episodes per task (seed ${SEED}); greedy success on the first ` +
     `${options.n} test instances per task${options.n === 0 ? " (skipped)" : ""}; "copies" when every task's value loss ` +
-    `is within ${COPY_RATIO}x of its other tokens' loss and at most ln 2 (${COPY_MAX_LOSS.toFixed(3)}) nats.`;
+    `is within ${COPY_RATIO}x of its other tokens' loss and at most ln 2 (${COPY_MAX_LOSS.toFixed(3)}) nats. ` +
+    `Question-word loss: the assistant tokens (among the other tokens) that spell a word of the task's question, ` +
+    `and the share of them with p > 0.5; not part of the verdict.`;
   return [
     caption,
     "",

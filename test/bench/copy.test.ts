@@ -8,6 +8,8 @@ import {
   CopyArgsError,
   committedValue,
   parseCopyArgs,
+  questionWordPositions,
+  questionWords,
   TASKS,
   verdictOf,
 } from "../../bench/copy.ts";
@@ -43,6 +45,22 @@ describe("bench:copy", () => {
     expect(verdictOf(2.5, 0.2)).toBe("guesses");
     // an untrained model pays ln V on every token: the ratio alone would call that copying
     expect(verdictOf(Math.log(1024), Math.log(1024))).toBe("guesses");
+  });
+
+  it("finds the question's words among the assistant tokens, outside the answer value", () => {
+    expect(
+      questionWords([
+        { role: "system", content: "You are a database agent." },
+        { role: "user", content: "What is the total stock of 'garden' products? The headers are name, stock." },
+      ]),
+    ).toEqual(["What", "the", "total", "stock", "garden", "products", "The", "headers", "are", "name"]);
+    // word A = [5, 6] (in context), word B = [9]; prompt tokens (mask 0) and the answer value (8..) do not count
+    const tokens = [5, 6, 1, 5, 6, 2, 9, 3, 9];
+    const mask = [0, 0, 1, 1, 1, 1, 1, 1, 1];
+    const found = questionWordPositions(tokens, mask, [[5, 6], [9], []], (i) => i >= 8);
+    expect([...found].sort((a, b) => a - b)).toEqual([3, 4, 6]);
+    // a partial match is not a word
+    expect(questionWordPositions([5, 7], [1, 1], [[5, 6]], () => false).size).toBe(0);
   });
 
   describe("on a tiny checkpoint", () => {
@@ -100,6 +118,9 @@ describe("bench:copy", () => {
             "greedySuccess",
             "otherLoss",
             "otherTokens",
+            "questionWordConfidentShare",
+            "questionWordLoss",
+            "questionWordTokens",
             "ratio",
             "task",
             "testInstances",
@@ -111,6 +132,9 @@ describe("bench:copy", () => {
         expect(task.testInstances).toBe(1);
         expect(task.valueTokens).toBeGreaterThan(0);
         expect(task.otherTokens).toBeGreaterThan(0);
+        // the expert's query or command names words of its question (a table, a column, a path)
+        expect(task.questionWordTokens).toBeGreaterThan(0);
+        expect(task.questionWordTokens).toBeLessThanOrEqual(task.otherTokens as number);
         expect(task.verdict).toBe(verdictOf(task.valueLoss as number, task.otherLoss as number));
       }
       // The same seeded episodes for every checkpoint: the same folder twice gives the same losses.
@@ -126,6 +150,7 @@ describe("bench:copy", () => {
       expect(json.checkpoints[0]?.greedyAverage).toBeNull();
       expect(json.checkpoints[0]?.tasks.map((t) => t.greedySuccess)).toEqual([null, null]);
       expect(run.stdout).toMatch(/\| – \| – \| (copies|guesses) \|/);
+      expect(run.stdout).toMatch(/\| \d+\.\d{3} \(\d\.\d{2}\) \| – \|/);
     }, 120_000);
 
     it("answers a bad command line with what was wrong and what is allowed, and exits 2", async () => {
