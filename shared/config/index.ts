@@ -8,7 +8,8 @@ import { GatewayConfig } from "./gateway.ts";
 import { LimitsConfig } from "./limits.ts";
 import { PolicyConfig } from "./policy.ts";
 import { RolloutConfig } from "./rollout.ts";
-import { assertSafeConfigPath, assertSafeConfigTree } from "./safePath.ts";
+import { assertSafeConfigTree } from "./safePath.ts";
+import { setConfigPath } from "./setPath.ts";
 import { TasksConfig } from "./tasks.ts";
 import { TrackingConfig } from "./tracking.ts";
 import { TrainerConfig } from "./trainer.ts";
@@ -88,22 +89,15 @@ export type ExperimentConfigInput = z.input<typeof ExperimentConfig>;
 /** Prefix of environment overrides: `AGENTRL__trainer__maxSteps=5` sets trainer.maxSteps. */
 export const ENV_OVERRIDE_PREFIX = "AGENTRL__";
 
-/** Sets `dotted.path=value` on a plain object; the value is read as a YAML scalar (numbers, booleans, strings). */
+/**
+ * Sets `dotted.path=value` on a plain object; the value is read as a YAML scalar (numbers, booleans,
+ * strings) or flow collection. A numeric segment indexes a list the config already has
+ * (`tasks.mix.0.trainInstances=16` changes one entry and keeps the others).
+ */
 export function applyOverride(target: Record<string, unknown>, assignment: string): void {
   const eq = assignment.indexOf("=");
   if (eq <= 0) throw new ValidationError("override", [{ path: assignment, message: "expected path=value" }]);
-  assertSafeConfigPath(assignment.slice(0, eq), "override");
-  const path = assignment.slice(0, eq).split(".");
-  const value: unknown = parseYaml(assignment.slice(eq + 1));
-  let node = target;
-  for (const key of path.slice(0, -1)) {
-    const next = node[key];
-    if (next === undefined) node[key] = {};
-    else if (typeof next !== "object" || next === null || Array.isArray(next))
-      throw new ValidationError("override", [{ path: path.join("."), message: `${key} is not an object` }]);
-    node = node[key] as Record<string, unknown>;
-  }
-  node[path[path.length - 1] as string] = value;
+  setConfigPath(target, assignment.slice(0, eq), parseYaml(assignment.slice(eq + 1)), "override");
 }
 
 /** Collects `AGENTRL__a__b=value` variables as `a.b=value` assignments. */

@@ -4,6 +4,7 @@ import { z } from "zod";
 import { issuesOf, ValidationError } from "../errors.ts";
 import { type ExperimentConfig, parseConfig } from "./index.ts";
 import { assertSafeConfigTree, FORBIDDEN_CONFIG_KEYS } from "./safePath.ts";
+import { setConfigPath } from "./setPath.ts";
 
 /** A config field path as users write it: `trainer.learningRate`, `tasks.mix.0.weight`. */
 const FieldPath = z
@@ -96,27 +97,6 @@ export async function loadSweepSpec(file: string): Promise<SweepSpec> {
   return parseSweepSpec(raw);
 }
 
-/** Sets `path` (dotted; numeric segments index arrays) on a JSON-like tree, creating objects on the way. */
-function setPath(target: Record<string, unknown>, path: string, value: unknown): void {
-  const keys = path.split(".");
-  let node: Record<string, unknown> | unknown[] = target;
-  keys.forEach((key, i) => {
-    const last = i === keys.length - 1;
-    const container = node as Record<string, unknown>;
-    if (last) {
-      container[key] = value;
-      return;
-    }
-    const next = container[key];
-    if (next === undefined) container[key] = {};
-    else if (typeof next !== "object" || next === null)
-      throw new ValidationError("sweep grid", [
-        { path, message: `${keys.slice(0, i + 1).join(".")} is ${JSON.stringify(next)}, not an object` },
-      ]);
-    node = container[key] as Record<string, unknown>;
-  });
-}
-
 /**
  * Expands the grid into experiments: the Cartesian product of the grid values, in the order the
  * fields are written, the last field varying fastest. Deterministic for a given spec. Each point
@@ -141,7 +121,7 @@ export function expandGrid(spec: SweepSpec): GridPoint[] {
     const ordered = Object.fromEntries(fields.map(([path]) => [path, assignments[path]]));
     const id = `${spec.name}-${index}`;
     const raw = structuredClone(spec.base) as Record<string, unknown>;
-    for (const [path, value] of Object.entries(ordered)) setPath(raw, path, structuredClone(value));
+    for (const [path, value] of Object.entries(ordered)) setConfigPath(raw, path, structuredClone(value), "sweep grid");
     raw.experimentId = id;
     let config: ExperimentConfig;
     try {

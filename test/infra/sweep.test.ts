@@ -44,6 +44,25 @@ describe("expandGrid", () => {
     expect(() => expandGrid(unknown)).toThrow(/trainer\.learningRat: unknown field/);
   });
 
+  it("sweeps one entry of a list the base has, keeping the others", () => {
+    const base = { tasks: { mix: [{ name: "db" }, { name: "os", weight: 2 }] } };
+    const points = expandGrid(parseSweepSpec({ name: "pool", base, grid: { "tasks.mix.1.trainInstances": [16, 64] } }));
+    expect(points.map((p) => p.config.tasks.mix.map((t) => [t.name, t.weight, t.trainInstances]))).toEqual([
+      [
+        ["db", 1, 10_000],
+        ["os", 2, 16],
+      ],
+      [
+        ["db", 1, 10_000],
+        ["os", 2, 64],
+      ],
+    ]);
+    const past = parseSweepSpec({ name: "pool", base, grid: { "tasks.mix.2.weight": [1] } });
+    expect(() => expandGrid(past)).toThrow(
+      /tasks\.mix\.2: tasks\.mix is a list of 2: an index from 0 to 1 picks an entry/,
+    );
+  });
+
   it("rejects malformed specs naming the field", () => {
     expect(() => parseSweepSpec({ ...spec, grid: {} })).toThrow(/grid: needs at least one field/);
     expect(() => parseSweepSpec({ ...spec, grid: { "trainer.maxSteps": [] } })).toThrow(

@@ -111,6 +111,33 @@ describe("experiment config", () => {
     expect(envOverrides({ AGENTRL__a__b: "1", OTHER: "2" })).toEqual(["a.b=1"]);
   });
 
+  it("picks a list entry by its index, keeping the other entries", async () => {
+    const dir = tempDir("agentrl-config-");
+    const file = join(dir, "mix.yaml");
+    writeFileSync(file, "tasks:\n  mix:\n    - { name: db, weight: 2 }\n    - { name: os, weight: 1 }\n");
+    const config = await loadConfig(file, {
+      env: { AGENTRL__tasks__mix__0__weight: "3" },
+      overrides: ["tasks.mix.1.trainInstances=16"],
+    });
+    expect(config.tasks.mix.map((t) => [t.name, t.weight, t.trainInstances])).toEqual([
+      ["db", 3, 10_000],
+      ["os", 1, 16],
+    ]);
+    const message = (assignment: string) =>
+      loadConfig(file, { overrides: [assignment] }).then(
+        () => "",
+        (e: unknown) => (e as ValidationError).issues.map((i) => `${i.path}: ${i.message}`).join("; "),
+      );
+    expect(await message("tasks.mix.2.weight=1")).toBe(
+      "tasks.mix.2: tasks.mix is a list of 2: an index from 0 to 1 picks an entry",
+    );
+    expect(await message("tasks.mix.db.weight=1")).toMatch(/^tasks\.mix\.db: tasks\.mix is a list of 2/);
+    // without a config file the mix is the schema's default, not in the raw config: say what to do
+    await expect(loadConfig(undefined, { overrides: ["tasks.mix.0.weight=2"] })).rejects.toThrow(
+      /tasks\.mix: is not set here, so it has no entry 0: set the whole list \(tasks\.mix=\[\.\.\.\]\)/,
+    );
+  });
+
   it("refuses an override through a scalar", () => {
     const target: Record<string, unknown> = { trainer: 3 };
     expect(() => applyOverride(target, "trainer.maxSteps=2")).toThrow(ValidationError);
