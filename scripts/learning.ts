@@ -25,6 +25,7 @@ import { z } from "zod";
 import { readMetrics } from "../cli/report/report.ts";
 import { loadTaskModule } from "../env-images/registry.ts";
 import { loadConfig } from "../shared/config/index.ts";
+import { ValidationError } from "../shared/errors.ts";
 import { EvalReport } from "../shared/protocol/metrics.ts";
 import {
   ArmResult,
@@ -56,7 +57,7 @@ const Flags = z.object({
 interface Arm {
   readonly name: string;
   readonly config: string;
-  /** `--set` overrides of this arm (before the user's). */
+  /** `--set` overrides that make this arm, applied after the user's (so the arm's own settings hold). */
   readonly sets: readonly string[];
 }
 
@@ -98,7 +99,9 @@ function readFlags(argv: readonly string[]): Record<string, unknown> {
 
 /** The arms the chosen tables need, from the configs' task mixes and step counts. */
 async function armsFor(flags: z.infer<typeof Flags>): Promise<Arm[]> {
-  const config = await loadConfig(flags.config);
+  // With the user's --set applied: an arm's mix and step count derive from what the user runs
+  // (`--set trainer.maxSteps=80` gives the equal-data arms 40 of them, not 20 then overridden to 80).
+  const config = await loadConfig(flags.config, { overrides: flags.set });
   const arms: Arm[] = [{ name: "multi", config: flags.config, sets: [] }];
   if (flags.tables.has(4)) {
     const mix = config.tasks.mix;
@@ -147,13 +150,22 @@ for (const signal of ["SIGINT", "SIGTERM"] as const) {
   });
 }
 
+/**
+ * The overrides of one arm at one seed, in the order they apply: the user's, then the arm's own
+ * (its mix, steps or ablation, derived from the config with the user's applied), then the seed and
+ * the seeded mode, which every arm must keep.
+ */
+function armSets(arm: Arm, seed: number, user: readonly string[]): string[] {
+  return [...user, ...arm.sets, `seed=${seed}`, "trainer.mode=sync"];
+}
+
 /** Runs one arm at one seed as `agentrl train`, then stores its result for the tables to read. */
 async function runArm(arm: Arm, seed: number, flags: z.infer<typeof Flags>): Promise<void> {
   const runDir = join(flags.out, arm.name, `seed-${seed}`);
   // A run killed mid-way restarts from scratch: its store may hold steps of another timing.
   rmSync(runDir, { recursive: true, force: true });
   mkdirSync(runDir, { recursive: true });
-  const sets = [`seed=${seed}`, "trainer.mode=sync", ...arm.sets, ...flags.set];
+  const sets = armSets(arm, seed, flags.set);
   const args = [
     "bin/agentrl.mjs",
     "train",
@@ -211,7 +223,12 @@ async function kindsOfTasks(results: readonly ArmResult[]): Promise<KindOf> {
 }
 
 const flags = parseFlags(process.argv.slice(2));
-const arms = await armsFor(flags);
+const arms = await armsFor(flags).catch((error: unknown) => {
+  // a config the arms cannot run, e.g. a --set that does not fit it: say which field, before any arm starts
+  if (!(error instanceof ValidationError)) throw error;
+  for (const issue of error.issues) console.error(`${issue.path || flags.config}: ${issue.message}`);
+  process.exit(2);
+});
 const seeds = Array.from({ length: flags.seeds }, (_, i) => i + 1);
 const queue: { arm: Arm; seed: number }[] = [];
 for (const arm of arms) {
@@ -220,7 +237,7 @@ for (const arm of arms) {
       console.error(`[learning] ${arm.name} seed ${seed}: done before, skipped`);
     } else if (flags["dry-run"]) {
       console.error(
-        `[learning] ${arm.name} seed ${seed}: would run ${arm.config} ${[...arm.sets, ...flags.set].join(" ")}`,
+        `[learning] ${arm.name} seed ${seed}: would run ${arm.config} ${armSets(arm, seed, flags.set).join(" ")}`,
       );
     } else {
       queue.push({ arm, seed });

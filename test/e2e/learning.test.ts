@@ -107,18 +107,33 @@ describe("npm run learning", () => {
     const dry = await runProcess(TSX, [
       SCRIPT,
       ...["--tables", "4,6", "--seeds", "2", "--out", out, "--dry-run"],
-      ...["--set", "trainer.estimator=reinforce++"],
+      ...["--set", "trainer.estimator=reinforce++", "--set", "trainer.skipUniformGroups=false"],
+      ...["--set", "trainer.maxSteps=80"],
+      ...["--set", "tasks.mix.1.trainInstances=64", "--set", "trainer.taskAdvantageNorm=true"],
     ]);
     expect(dry.status, dry.stderr).toBe(0);
     // multi, two single-task arms per task (db, os), the two ablations; each at two seeds.
     expect(dry.stderr.match(/would run/g)).toHaveLength(14);
+    // the user's overrides first, then the arm's own, so the ablation holds against the user's
     expect(dry.stderr).toMatch(
-      /no-task-norm seed 2: would run \S+ trainer\.taskAdvantageNorm=false trainer\.estimator=reinforce\+\+/,
+      /no-task-norm seed 2: would run \S+ trainer\.estimator=reinforce\+\+ .*trainer\.taskAdvantageNorm=true trainer\.taskAdvantageNorm=false seed=2 trainer\.mode=sync/,
+    );
+    // equal data is half the user's 80 steps, and the task alone keeps the user's change to its entry
+    expect(dry.stderr).toMatch(/single-db-data seed 1: would run .*trainer\.maxSteps=80 .*trainer\.maxSteps=40 seed=1/);
+    expect(dry.stderr).toMatch(
+      /single-os-steps seed 1: would run .*tasks\.mix=\[\{"name":"os",[^\]]*"trainInstances":64/,
     );
     expect(dry.stderr).toMatch(
-      /single-db-data seed 1: would run .*trainer\.maxSteps=20 trainer\.estimator=reinforce\+\+/,
+      /single-db-steps seed 1: would run .*tasks\.mix=\[\{"name":"db",[^\]]*"trainInstances":10000/,
     );
     expect(existsSync(out)).toBe(false);
+    // a --set the config cannot take is named before any arm starts
+    const bad = await runProcess(TSX, [SCRIPT, "--out", out, "--dry-run", "--set", "trainer.estimator=reinforce++"]);
+    expect(bad.status).toBe(2);
+    expect(bad.stderr).toMatch(/^trainer\.skipUniformGroups: needs a group baseline/m);
+    const index = await runProcess(TSX, [SCRIPT, "--out", out, "--dry-run", "--set", "tasks.mix.2.weight=1"]);
+    expect(index.status).toBe(2);
+    expect(index.stderr).toContain("tasks.mix.2: tasks.mix is a list of 2: an index from 0 to 1 picks an entry");
   });
 });
 
