@@ -129,8 +129,8 @@ export interface PolicyTermShape {
  * loss tokens / their count) into the chosen shape. `seq-mean-token-mean` weights a row's tokens by
  * `tokens / (rows * rowTokens)`, so the sum over the batch divided by `tokens` is the mean over rows
  * of each row's token-mean; `negativeAdvantageWeight` multiplies tokens whose advantage is below 0.
- * Every token of the loss is linear in its weight (ppoTokenLoss is linear in A for a given sign), so
- * this is exact. Undefined when the shape is the plain token-mean (nothing to multiply).
+ * The loss multiplies each token's policy term by its weight (as it does importance weights), so the
+ * shape is exact, clipping included. Undefined when the shape is the plain token-mean (nothing to multiply).
  * @example policyTermWeights([{ advantages: [0, 1, 1], lossMask: [0, 1, 1] }, { advantages: [-1], lossMask: [1] }], { lossReduction: "seq-mean-token-mean", negativeAdvantageWeight: 1 }) // [[0, 0.75, 0.75], [1.5]]
  */
 export function policyTermWeights(
