@@ -19,6 +19,7 @@ interface SftCliOptions {
   answerVariants: number;
   answerResample: "pool" | "recombine";
   answerCrops: number;
+  questionVariants: number;
   blindShare: number;
   proseShare: number;
   dataParallel: number;
@@ -68,6 +69,12 @@ export function register(program: Command): void {
         "--answer-crops <n>",
         "extra sequences per step: the last 128 tokens of a trace with a copied answer, loss on the answer only",
         intOption("--answer-crops", 0),
+        0,
+      )
+      .option(
+        "--question-variants <n>",
+        "extra copies of each trace with the question's words its actions spell (a column, a path) renamed to fresh words throughout (teaches copying the request)",
+        intOption("--question-variants", 0),
         0,
       )
       .option(
@@ -153,6 +160,7 @@ export function register(program: Command): void {
         answerVariants: options.answerVariants,
         answerResample: options.answerResample,
         answerCrops: options.answerCrops,
+        questionVariants: options.questionVariants,
         blindShare: options.blindShare,
         proseShare: options.proseShare,
         dataParallel: options.dataParallel,
@@ -171,6 +179,7 @@ export function register(program: Command): void {
           vocabularyUsed: result.vocabularyUsed,
           traces: result.traces,
           variants: result.variants,
+          questionVariants: result.questionVariants,
           blind: result.blind,
           prose: result.prose,
         })}\n`,

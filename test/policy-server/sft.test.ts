@@ -2,6 +2,7 @@ import { join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
 import { callTool } from "../../env-images/common/agent.ts";
 import { taskModule as example } from "../../env-images/example/index.ts";
+import { loadTaskModule } from "../../env-images/registry.ts";
 import { ChatCodec } from "../../shared/chat/index.ts";
 import { parseConfig } from "../../shared/config/index.ts";
 import { createLogger } from "../../shared/log.ts";
@@ -184,6 +185,24 @@ describe("sft warm-up", () => {
       variants: number;
     };
     expect(recipe).toMatchObject({ answerVariants: 2, answerResample: "pool", variants: varied.variants });
+  });
+
+  it("trains on question-renamed variants beside the traces of a task whose actions spell its question's words", async () => {
+    const db = await loadTaskModule("db");
+    const base = { tasks: [db], episodesPerTask: 3, steps: 1 };
+    const plain = await run("db-plain", 5, base);
+    const renamed = await run("db-renamed", 5, { ...base, questionVariants: 2 });
+    // Every db query spells the question's table name: each trace gets its two variants.
+    const kept = renamed.traces.reduce((sum, t) => sum + t.kept, 0);
+    expect(kept).toBeGreaterThan(0);
+    expect(renamed.questionVariants).toBe(2 * kept);
+    expect(plain.questionVariants).toBe(0);
+    expect(renamed.traces).toEqual(plain.traces);
+    expect(renamed.lossBefore).toBeCloseTo(plain.lossBefore, 6);
+    const recipe = JSON.parse((await new LocalObjectStore(join(dir, "db-renamed")).getText("sft/v0.json")) ?? "{}");
+    expect(recipe).toMatchObject({ questionVariantsPerTrace: 2, questionVariants: 2 * kept });
+    // The example task's question words are numbers: nothing to rename.
+    expect((await run("example-renamed", 5, { steps: 1, questionVariants: 2 })).questionVariants).toBe(0);
   });
 
   it("makes a blind trace: the opening messages, then the expert's final turn with no tool call before it", async () => {

@@ -26,6 +26,7 @@ import {
   type WordResample,
 } from "./answer-variants.ts";
 import nllShardLoss, { type NllInput } from "./nllShard.ts";
+import { frameWordsByTask, questionVariant, questionWordsInActions } from "./question-variants.ts";
 
 /**
  * Warm-up by behaviour cloning: expert episodes from the task environments (their scripted
@@ -74,6 +75,12 @@ export interface SftOptions {
   readonly answerVariants?: number;
   /** How the variants resample a word answer (see answer-variants.ts). @default "pool" */
   readonly answerResample?: WordResample;
+  /**
+   * Extra copies of each trace whose actions spell words of its question (a column, a path), with
+   * those words renamed to fresh words everywhere but the system prompt (see question-variants.ts),
+   * so the action can only copy them from the request. @default 0
+   */
+  readonly questionVariants?: number;
   /**
    * Extra short sequences per step, each the last 128 tokens of a trace (or variant) with a
    * copied answer, with the loss on the answer turn only: many copy examples per step for little
@@ -129,6 +136,8 @@ export interface SftResult {
   readonly traces: readonly TraceStats[];
   /** Answer-resampled variants trained on beside the traces (`answerVariants`). */
   readonly variants: number;
+  /** Question-renamed variants trained on beside the traces (`questionVariants`). */
+  readonly questionVariants: number;
   /** Traces replaced by their blind version (`blindShare`). */
   readonly blind: number;
   /** Traces replaced by their prose version (`proseShare`). */
@@ -221,9 +230,11 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
     : ChatCodec.train(traces, model.vocabSize);
   if (start) log.info({ version: start.manifest.version, model }, "continuing from an earlier warm-up");
   const variants = answerVariants(traces, options.answerVariants ?? 0, seed, options.answerResample ?? "pool");
+  const renamed = questionVariants(traces, options.questionVariants ?? 0, seed);
   const isOriginal = new Set<ExpertTrace>(traces);
   if (variants.length > 0) log.info({ variants: variants.length }, "answer-resampled variants added");
-  const encoded = [...traces, ...variants].map((trace) => ({
+  if (renamed.length > 0) log.info({ variants: renamed.length }, "question-renamed variants added");
+  const encoded = [...traces, ...variants, ...renamed].map((trace) => ({
     trace,
     ...codec.encodeConversation(trace.messages, trace.tools),
   }));
@@ -338,9 +349,11 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
           finalTurnWeight,
           answerVariants: options.answerVariants ?? 0,
           answerResample: options.answerResample ?? "pool",
+          questionVariantsPerTrace: options.questionVariants ?? 0,
           answerCrops,
           dataParallel: options.dataParallel ?? 1,
           variants: variants.length,
+          questionVariants: renamed.length,
           blindShare,
           blind,
           proseShare,
@@ -357,6 +370,7 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
       manifest,
       traces: traceStats,
       variants: variants.length,
+      questionVariants: renamed.length,
       blind,
       prose,
       losses,
@@ -422,6 +436,32 @@ function answerVariants(
         pools.get(trace.task) ?? [],
         random,
         resample === "recombine" ? syllables.get(trace.task) : undefined,
+      ),
+    )
+      .filter((messages) => messages !== undefined)
+      .map((messages) => ({ ...trace, messages })),
+  );
+}
+
+/** `count` question-renamed copies of each trace whose actions copy words of its question, drawn from `seed`. */
+function questionVariants(traces: readonly ExpertTrace[], count: number, seed: number): ExpertTrace[] {
+  if (count === 0) return [];
+  const random = seededRandomFrom(seed, "question-variants");
+  const frames = frameWordsByTask(traces);
+  const words = new Map<string, string[]>();
+  for (const trace of traces) {
+    const list = words.get(trace.task) ?? [];
+    list.push(...questionWordsInActions(trace.messages, frames.get(trace.task) ?? new Set()));
+    words.set(trace.task, list);
+  }
+  const syllables = new Map([...words].map(([task, list]) => [task, syllablesOf(list)]));
+  return traces.flatMap((trace) =>
+    Array.from({ length: count }, () =>
+      questionVariant(
+        trace.messages,
+        frames.get(trace.task) ?? new Set(),
+        syllables.get(trace.task) ?? { syllables: [], codas: [] },
+        random,
       ),
     )
       .filter((messages) => messages !== undefined)

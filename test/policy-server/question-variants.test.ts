@@ -1,0 +1,142 @@
+import { describe, expect, it } from "vitest";
+import type { ChatMessage } from "../../shared/protocol/openai.ts";
+import { seededRandom } from "../../shared/rl/random.ts";
+import { syllablesOf } from "../../trainer-image/sft/answer-variants.ts";
+import {
+  frameWordsOf,
+  questionVariant,
+  questionWordsInActions,
+} from "../../trainer-image/sft/question-variants.ts";
+
+const call = (name: string, args: string) => ({
+  id: "call_0",
+  type: "function" as const,
+  function: { name, arguments: args },
+});
+
+/** A db-like episode: the question names a column and a category the query spells again. */
+function episode(column: string, category: string): ChatMessage[] {
+  return [
+    { role: "system", content: `Run SQL on the table; the stock column is numeric.` },
+    {
+      role: "user",
+      content: `What is the total ${column} of the products with category '${category}'?\nThe name of this table is products, and the headers are name, category, price, stock.`,
+    },
+    {
+      role: "assistant",
+      content: `I will sum ${column}.`,
+      tool_calls: [
+        call("execute_sql", JSON.stringify({ query: `SELECT SUM(${column}) FROM products WHERE category = '${category}'` })),
+      ],
+    },
+    { role: "tool", tool_call_id: "call_0", content: `SUM(${column})\n290\n(1 row)` },
+    { role: "assistant", content: null, tool_calls: [call("commit_final_answer", '{"answers":["290"]}')] },
+  ];
+}
+
+const text = (messages: readonly ChatMessage[]) =>
+  messages
+    .map((m) =>
+      m.role === "assistant" ? `${m.content ?? ""} ${m.tool_calls?.map((c) => c.function.arguments).join(" ")}` : m.content,
+    )
+    .join("\n");
+
+describe("question-renamed variants", () => {
+  const frame = frameWordsOf([
+    "The name of this table is products, and the headers are name, stock.",
+    "The name of this table is cities, and the headers are name, area.",
+    "How many cities? The name of this table is cities.",
+  ]);
+  const syllables = syllablesOf(["stock", "category", "tools", "products", "garden", "population"]);
+
+  it("takes a task's frame words from at least half of its questions", () => {
+    expect([...frame].sort()).toEqual(["The", "and", "are", "cities", "headers", "name", "table", "the", "this"]);
+  });
+
+  it("finds the question's words the actions spell, minus the frame, in question order", () => {
+    // `name` and `The` are frame words; `total`, `with` and `headers` are not in an action; `SUM` is
+    // in the query but not in the question.
+    expect(questionWordsInActions(episode("stock", "tools"), frame)).toEqual(["stock", "products", "category", "tools"]);
+    // Words of the assistant's prose do not count: only tool-call arguments are actions.
+    const prose = episode("stock", "tools").map((m) => (m.role === "assistant" ? { ...m, tool_calls: [] } : m));
+    expect(questionWordsInActions(prose, frame)).toEqual([]);
+  });
+
+  it("renames each such word everywhere but the system prompt, consistently, and nothing else", () => {
+    const original = episode("stock", "tools");
+    const variant = questionVariant(original, frame, syllables, seededRandom(7));
+    if (!variant) throw new Error("expected a variant");
+    const user = variant[1]?.content ?? "";
+    const column = /total (\w+) of/.exec(user)?.[1] ?? "";
+    const [, table = "", categoryColumn = "", category = ""] = /the (\w+) with (\w+) '(\w+)'/.exec(user) ?? [];
+    for (const [fresh, old] of [
+      [column, "stock"],
+      [table, "products"],
+      [categoryColumn, "category"],
+      [category, "tools"],
+    ] as const) {
+      expect(fresh).toMatch(/^[a-z]+$/);
+      expect(fresh).not.toBe(old);
+    }
+    expect(variant).toEqual(
+      original.map((m, i) => {
+        if (i === 0) return m; // the system prompt keeps `stock`
+        const rename = (s: string) =>
+          s
+            .replace(/\bstock\b/g, column)
+            .replace(/\bproducts\b/g, table)
+            .replace(/\btools\b/g, category)
+            .replace(/\bcategory\b/g, categoryColumn);
+        if (m.role === "assistant")
+          return {
+            ...m,
+            content: m.content === null ? null : rename(m.content),
+            tool_calls: m.tool_calls?.map((c) => ({
+              ...c,
+              function: { ...c.function, arguments: rename(c.function.arguments) },
+            })),
+          };
+        return { ...m, content: rename(m.content) };
+      }),
+    );
+    expect(text(variant.slice(1))).not.toMatch(/\b(stock|products|tools|category)\b/);
+    // Frame words, SQL keywords and the answer stay.
+    expect(text(variant)).toContain("The name of this table is");
+    expect(text(variant)).toContain("SELECT SUM(");
+    expect(text(variant)).toContain('{"answers":["290"]}');
+  });
+
+  it("never renames to a word the trace already has, in any case, and gives different words different names", () => {
+    // From these pieces a two-syllable word is `where` (the query's WHERE) a quarter of the time.
+    const risky = syllablesOf(["whe", "re"]);
+    const renamedColumns: string[] = [];
+    for (let seed = 0; seed < 40; seed++) {
+      const variant = questionVariant(episode("price", "toys"), frame, risky, seededRandom(seed));
+      const user = variant?.[1]?.content ?? "";
+      const column = /total (\w+) of/.exec(user)?.[1] ?? "";
+      const [, table = "", categoryColumn = ""] = /the (\w+) with (\w+) '/.exec(user) ?? [];
+      renamedColumns.push(column);
+      expect(column.toLowerCase()).not.toBe("where");
+      expect(new Set([column, table, categoryColumn]).size).toBe(3);
+    }
+    // Renamed every time, to the other words these pieces make.
+    expect(renamedColumns.every((c) => ["rewhe", "whewhe", "rere"].includes(c))).toBe(true);
+    expect(new Set(renamedColumns).size).toBe(3);
+  });
+
+  it("is reproducible from its random source, and absent when there is nothing to rename", () => {
+    const a = questionVariant(episode("price", "toys"), frame, syllables, seededRandom(3));
+    const b = questionVariant(episode("price", "toys"), frame, syllables, seededRandom(3));
+    const c = questionVariant(episode("price", "toys"), frame, syllables, seededRandom(4));
+    expect(a).toEqual(b);
+    expect(a).not.toEqual(c);
+    const noActions: ChatMessage[] = [
+      { role: "user", content: "What is 2 + 3?" },
+      { role: "assistant", content: null, tool_calls: [call("answer", '{"value":5}')] },
+    ];
+    expect(questionVariant(noActions, frame, syllables, seededRandom(1))).toBeUndefined();
+    expect(questionVariant(episode("stock", "tools"), frame, { syllables: [], codas: [] }, seededRandom(1))).toBe(
+      undefined,
+    );
+  });
+});

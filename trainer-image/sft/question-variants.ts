@@ -1,0 +1,116 @@
+import type { ChatMessage } from "../../shared/protocol/openai.ts";
+import { recombineValue, type Syllables } from "./answer-variants.ts";
+
+/**
+ * Question-renamed copies of expert traces, to teach copying the request's own words into the
+ * actions. A db question names the column to sum, an os question the file to read; the expert
+ * spells that word again in its query or command. The tasks draw those words from small fixed
+ * sets (five tables of four columns), so a model can lower its loss by guessing a likely column
+ * of the set instead of reading the question, and at this scale it learns to guess (measured by
+ * `npm run bench:copy`'s question-word loss, and by RL runs that sum the wrong column). A variant
+ * renames each such word to a fresh word recombined from the task's syllables, in every message
+ * but the system prompt (the question, the actions, the observations), so only copying predicts it.
+ *
+ * Which words: letter words of three or more letters in the first user message that an assistant
+ * tool call also spells as a whole word, minus the task's frame words (those in at least half of
+ * the task's questions, such as `name` in "The name of this table is"): the frame is the task's
+ * wording, not the instance's. Task-agnostic: it reads only the messages.
+ */
+
+const WORD = /[A-Za-z0-9_]+/g;
+const LETTERS = /^[A-Za-z]{3,}$/;
+/** Redraws before a word is left as it is because every fresh draw collided with a word of the trace. */
+const DRAWS = 8;
+
+function firstQuestion(messages: readonly ChatMessage[]): string {
+  const user = messages.find((m) => m.role === "user");
+  return user?.role === "user" && typeof user.content === "string" ? user.content : "";
+}
+
+function wordsOf(text: string): Set<string> {
+  return new Set(text.match(WORD) ?? []);
+}
+
+/** The task's frame words: letter words found in at least half of `questions`. */
+export function frameWordsOf(questions: readonly string[]): Set<string> {
+  const counts = new Map<string, number>();
+  for (const question of questions)
+    for (const word of wordsOf(question)) if (LETTERS.test(word)) counts.set(word, (counts.get(word) ?? 0) + 1);
+  return new Set([...counts].filter(([, n]) => 2 * n >= questions.length).map(([word]) => word));
+}
+
+/** Frame words per task, from the first user message of each of its traces. */
+export function frameWordsByTask(traces: readonly { task: string; messages: readonly ChatMessage[] }[]) {
+  const questions = new Map<string, string[]>();
+  for (const trace of traces) {
+    const list = questions.get(trace.task) ?? [];
+    list.push(firstQuestion(trace.messages));
+    questions.set(trace.task, list);
+  }
+  return new Map([...questions].map(([task, list]) => [task, frameWordsOf(list)]));
+}
+
+/** The instance's words the actions copy from the question (see the module comment), in question order. */
+export function questionWordsInActions(messages: readonly ChatMessage[], frame: ReadonlySet<string>): string[] {
+  const actions = new Set(
+    messages.flatMap((m) =>
+      m.role === "assistant" ? (m.tool_calls ?? []).flatMap((c) => [...wordsOf(c.function.arguments)]) : [],
+    ),
+  );
+  return [...wordsOf(firstQuestion(messages))].filter((w) => LETTERS.test(w) && !frame.has(w) && actions.has(w));
+}
+
+/** Every whole-word occurrence of a key of `renames` in `text` replaced by its value, all at once. */
+function renameWords(text: string, renames: ReadonlyMap<string, string>): string {
+  return text.replace(WORD, (word) => renames.get(word) ?? word);
+}
+
+/**
+ * One variant of `messages` with its question words in the actions (`questionWordsInActions`)
+ * renamed to fresh words of `syllables` everywhere but the system prompt, or undefined when there
+ * is none to rename. A fresh word differs, ignoring case, from every word of the trace (so a
+ * column never becomes `from`) and from the other fresh words.
+ */
+export function questionVariant(
+  messages: readonly ChatMessage[],
+  frame: ReadonlySet<string>,
+  syllables: Syllables,
+  random: () => number,
+): ChatMessage[] | undefined {
+  const taken = new Set(
+    messages.flatMap((m) => [
+      ...wordsOf(typeof m.content === "string" ? m.content : ""),
+      ...(m.role === "assistant" ? (m.tool_calls ?? []).flatMap((c) => [...wordsOf(c.function.arguments)]) : []),
+    ]),
+  );
+  const takenLower = new Set([...taken].map((w) => w.toLowerCase()));
+  const renames = new Map<string, string>();
+  for (const word of questionWordsInActions(messages, frame)) {
+    for (let draw = 0; draw < DRAWS; draw++) {
+      const fresh = recombineValue(word, syllables, random);
+      if (fresh === undefined) return undefined;
+      if (takenLower.has(fresh.toLowerCase())) continue;
+      renames.set(word, fresh);
+      takenLower.add(fresh.toLowerCase());
+      break;
+    }
+  }
+  if (renames.size === 0) return undefined;
+  return messages.map((message): ChatMessage => {
+    switch (message.role) {
+      case "system":
+        return message;
+      case "assistant":
+        return {
+          ...message,
+          content: message.content === null ? null : renameWords(message.content, renames),
+          tool_calls: message.tool_calls?.map((call) => ({
+            ...call,
+            function: { ...call.function, arguments: renameWords(call.function.arguments, renames) },
+          })),
+        };
+      default:
+        return { ...message, content: renameWords(message.content, renames) };
+    }
+  });
+}
