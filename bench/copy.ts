@@ -10,8 +10,10 @@
  * nats per token (better than even odds on average: a model that learned nothing pays ln V on
  * every token and so passes the ratio alone). Besides, the loss on assistant tokens that spell a
  * word of the task's question (a column or table name in a query, a path in a command: copying
- * from the question rather than from an observation), a subset of the other tokens; it does not
- * enter the verdict.
+ * from the question rather than from an observation), a subset of the other tokens, and the same on
+ * question-renamed copies of the episodes (`agentrl sft --question-variants`: those words renamed
+ * to fresh ones throughout, so only copying predicts them, where the first measure also rewards
+ * knowing the tasks' few column names); neither enters the verdict.
  *
  *   npm run bench:copy -- <checkpoint folder> [<folder> ...] [--n N] [--episodes E] [--json]
  *
@@ -28,21 +30,27 @@ import { startController } from "../functions/controller/controller.ts";
 import { evaluate } from "../functions/evaluator/evaluate.ts";
 import { ChatCodec } from "../shared/chat/index.ts";
 import { parseConfig } from "../shared/config/index.ts";
+import type { TaskModule } from "../shared/env/task.ts";
 import { serveTask } from "../shared/env/worker.ts";
 import { createLogger } from "../shared/log.ts";
 import { loadCheckpoint } from "../shared/model/checkpoint.ts";
-import { initBackend } from "../shared/model/index.ts";
+import { initBackend, type TransformerPolicy } from "../shared/model/index.ts";
 import { parameterCount } from "../shared/model/memory.ts";
 import { newestVersion } from "../shared/protocol/checkpoints.ts";
 import type { ChatMessage } from "../shared/protocol/openai.ts";
+import { seededRandomFrom } from "../shared/rl/random.ts";
 import { LocalObjectStore } from "../shared/transport/local.ts";
 import { servePolicy } from "../trainer-image/policy-server/serve.ts";
-import { collectExpertTraces } from "../trainer-image/sft/sft.ts";
+import { syllablesOf } from "../trainer-image/sft/answer-variants.ts";
+import { frameWordsByTask, questionVariant, questionWordsInActions } from "../trainer-image/sft/question-variants.ts";
+import { collectExpertTraces, type ExpertTrace } from "../trainer-image/sft/sft.ts";
 
 /** The tasks whose answers copy an observed value (a query's result, a command's output). */
 export const TASKS = ["db", "os"] as const;
 /** Seed of the expert episodes: the same traces for every checkpoint, and for every run. */
 const SEED = 99;
+/** Expert episodes per task the renamed copies' frame words and syllables come from (a few ms each). */
+const RENAME_SAMPLE = 200;
 /** "copies" when the answer value costs at most this many times the other assistant tokens… */
 export const COPY_RATIO = 2;
 /** …and at most this many nats per token (the value token better than even odds, on average). */
@@ -124,6 +132,10 @@ export interface TaskProbe {
   readonly questionWordLoss: number;
   /** Share of those tokens the model gives p > 0.5. */
   readonly questionWordConfidentShare: number;
+  /** The same on question-renamed copies of the episodes: the fresh words' tokens in the actions. */
+  readonly renamedWordTokens: number;
+  readonly renamedWordLoss: number;
+  readonly renamedWordConfidentShare: number;
   readonly verdict: "copies" | "guesses";
   /** Greedy success on the first `n` test instances; null with --n 0. */
   readonly greedySuccess: number | null;
@@ -215,10 +227,12 @@ async function lossesOf(folder: string, episodes: number) {
   try {
     const rows = [];
     for (const name of TASKS) {
-      const { traces } = await collectExpertTraces([await loadTaskModule(name)], episodes, SEED);
+      const task = await loadTaskModule(name);
+      const { traces } = await collectExpertTraces([task], episodes, SEED);
       const value = { nll: 0, count: 0, confident: 0 };
       const other = { nll: 0, count: 0 };
       const question = { nll: 0, count: 0, confident: 0 };
+      const renamed = await renamedWordLoss(policy, codec, task, traces);
       for (const trace of traces) {
         const { tokens, lossMask } = codec.encodeConversation(trace.messages, trace.tools);
         const logp = policy.logProbs([Int32Array.from(tokens)], 1)[0] as Float32Array;
@@ -259,6 +273,9 @@ async function lossesOf(folder: string, episodes: number) {
         questionWordTokens: question.count,
         questionWordLoss: question.nll / Math.max(1, question.count),
         questionWordConfidentShare: question.confident / Math.max(1, question.count),
+        renamedWordTokens: renamed.count,
+        renamedWordLoss: renamed.nll / Math.max(1, renamed.count),
+        renamedWordConfidentShare: renamed.confident / Math.max(1, renamed.count),
         verdict: verdictOf(valueLoss, otherLoss),
       });
     }
@@ -266,6 +283,39 @@ async function lossesOf(folder: string, episodes: number) {
   } finally {
     policy.dispose();
   }
+}
+
+/**
+ * Loss on the renamed words of one question-renamed copy of each trace (question-variants.ts),
+ * with the frame words and syllables taken from a larger seeded sample of the task's episodes.
+ */
+async function renamedWordLoss(
+  policy: TransformerPolicy,
+  codec: ChatCodec,
+  task: TaskModule,
+  traces: readonly ExpertTrace[],
+): Promise<{ nll: number; count: number; confident: number }> {
+  const sample = (await collectExpertTraces([task], RENAME_SAMPLE, SEED + 1)).traces;
+  const frame = frameWordsByTask(sample).get(task.task.name) ?? new Set<string>();
+  const syllables = syllablesOf(sample.flatMap((t) => questionWordsInActions(t.messages, frame)));
+  const random = seededRandomFrom(SEED, "renamed", task.task.name);
+  const total = { nll: 0, count: 0, confident: 0 };
+  for (const trace of traces) {
+    const variant = questionVariant(trace.messages, frame, syllables, random);
+    if (!variant) continue;
+    const original = new Set(questionWordsInActions(trace.messages, frame));
+    const fresh = questionWordsInActions(variant, frame).filter((w) => !original.has(w));
+    const { tokens, lossMask } = codec.encodeConversation(variant, trace.tools);
+    const logp = policy.logProbs([Int32Array.from(tokens)], 1)[0] as Float32Array;
+    const words = fresh.flatMap((w) => [codec.encode(w), codec.encode(` ${w}`)]);
+    for (const i of questionWordPositions(tokens, lossMask, words, () => false)) {
+      const nll = -(logp[i] as number);
+      total.nll += nll;
+      total.count += 1;
+      if (nll < Math.log(2)) total.confident += 1;
+    }
+  }
+  return total;
 }
 
 /**
@@ -368,6 +418,7 @@ export function copyTable(probes: readonly CheckpointProbe[], options: { n: numb
       `${t} ratio`,
       `${t} p > 0.5`,
       `${t} question-word loss (p > 0.5)`,
+      `${t} renamed-word loss (p > 0.5)`,
       `${t} greedy %`,
     ]),
     "avg greedy %",
@@ -383,6 +434,7 @@ export function copyTable(probes: readonly CheckpointProbe[], options: { n: numb
       `${t.ratio.toFixed(1)}x`,
       t.confidentShare.toFixed(2),
       `${t.questionWordLoss.toFixed(3)} (${t.questionWordConfidentShare.toFixed(2)})`,
+      `${t.renamedWordLoss.toFixed(3)} (${t.renamedWordConfidentShare.toFixed(2)})`,
       percent(t.greedySuccess),
     ]),
     percent(p.greedyAverage),

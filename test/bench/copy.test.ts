@@ -122,6 +122,9 @@ describe("bench:copy", () => {
             "questionWordLoss",
             "questionWordTokens",
             "ratio",
+            "renamedWordConfidentShare",
+            "renamedWordLoss",
+            "renamedWordTokens",
             "task",
             "testInstances",
             "valueLoss",
@@ -135,6 +138,9 @@ describe("bench:copy", () => {
         // the expert's query or command names words of its question (a table, a column, a path)
         expect(task.questionWordTokens).toBeGreaterThan(0);
         expect(task.questionWordTokens).toBeLessThanOrEqual(task.otherTokens as number);
+        // …and renamed to fresh words, the query or command spells the fresh ones.
+        expect(task.renamedWordTokens).toBeGreaterThan(0);
+        expect(task.renamedWordLoss).toBeGreaterThan(0);
         expect(task.verdict).toBe(verdictOf(task.valueLoss as number, task.otherLoss as number));
       }
       // The same seeded episodes for every checkpoint: the same folder twice gives the same losses.
