@@ -429,17 +429,13 @@ function answerVariants(
     pools.set(trace.task, pool);
   }
   const syllables = new Map([...pools].map(([task, pool]) => [task, syllablesOf(pool)]));
-  return traces.flatMap((trace) =>
-    Array.from({ length: count }, () =>
-      answerVariant(
-        trace.messages,
-        pools.get(trace.task) ?? [],
-        random,
-        resample === "recombine" ? syllables.get(trace.task) : undefined,
-      ),
-    )
-      .filter((messages) => messages !== undefined)
-      .map((messages) => ({ ...trace, messages })),
+  return copiesOf(traces, count, (trace) =>
+    answerVariant(
+      trace.messages,
+      pools.get(trace.task) ?? [],
+      random,
+      resample === "recombine" ? syllables.get(trace.task) : undefined,
+    ),
   );
 }
 
@@ -455,15 +451,24 @@ function questionVariants(traces: readonly ExpertTrace[], count: number, seed: n
     words.set(trace.task, list);
   }
   const syllables = new Map([...words].map(([task, list]) => [task, syllablesOf(list)]));
+  return copiesOf(traces, count, (trace) =>
+    questionVariant(
+      trace.messages,
+      frames.get(trace.task) ?? new Set(),
+      syllables.get(trace.task) ?? { syllables: [], codas: [] },
+      random,
+    ),
+  );
+}
+
+/** `count` tries of `variant` per trace, in trace order; the tries that made a variant. */
+function copiesOf(
+  traces: readonly ExpertTrace[],
+  count: number,
+  variant: (trace: ExpertTrace) => ChatMessage[] | undefined,
+): ExpertTrace[] {
   return traces.flatMap((trace) =>
-    Array.from({ length: count }, () =>
-      questionVariant(
-        trace.messages,
-        frames.get(trace.task) ?? new Set(),
-        syllables.get(trace.task) ?? { syllables: [], codas: [] },
-        random,
-      ),
-    )
+    Array.from({ length: count }, () => variant(trace))
       .filter((messages) => messages !== undefined)
       .map((messages) => ({ ...trace, messages })),
   );
