@@ -2,11 +2,7 @@ import { describe, expect, it } from "vitest";
 import type { ChatMessage } from "../../shared/protocol/openai.ts";
 import { seededRandom } from "../../shared/rl/random.ts";
 import { syllablesOf } from "../../trainer-image/sft/answer-variants.ts";
-import {
-  frameWordsOf,
-  questionVariant,
-  questionWordsInActions,
-} from "../../trainer-image/sft/question-variants.ts";
+import { frameWordsOf, questionVariant, questionWordsInActions } from "../../trainer-image/sft/question-variants.ts";
 
 const call = (name: string, args: string) => ({
   id: "call_0",
@@ -26,7 +22,10 @@ function episode(column: string, category: string): ChatMessage[] {
       role: "assistant",
       content: `I will sum ${column}.`,
       tool_calls: [
-        call("execute_sql", JSON.stringify({ query: `SELECT SUM(${column}) FROM products WHERE category = '${category}'` })),
+        call(
+          "execute_sql",
+          JSON.stringify({ query: `SELECT SUM(${column}) FROM products WHERE category = '${category}'` }),
+        ),
       ],
     },
     { role: "tool", tool_call_id: "call_0", content: `SUM(${column})\n290\n(1 row)` },
@@ -37,7 +36,9 @@ function episode(column: string, category: string): ChatMessage[] {
 const text = (messages: readonly ChatMessage[]) =>
   messages
     .map((m) =>
-      m.role === "assistant" ? `${m.content ?? ""} ${m.tool_calls?.map((c) => c.function.arguments).join(" ")}` : m.content,
+      m.role === "assistant"
+        ? `${m.content ?? ""} ${m.tool_calls?.map((c) => c.function.arguments).join(" ")}`
+        : m.content,
     )
     .join("\n");
 
@@ -56,7 +57,12 @@ describe("question-renamed variants", () => {
   it("finds the question's words the actions spell, minus the frame, in question order", () => {
     // `name` and `The` are frame words; `total`, `with` and `headers` are not in an action; `SUM` is
     // in the query but not in the question.
-    expect(questionWordsInActions(episode("stock", "tools"), frame)).toEqual(["stock", "products", "category", "tools"]);
+    expect(questionWordsInActions(episode("stock", "tools"), frame)).toEqual([
+      "stock",
+      "products",
+      "category",
+      "tools",
+    ]);
     // Words of the assistant's prose do not count: only tool-call arguments are actions.
     const prose = episode("stock", "tools").map((m) => (m.role === "assistant" ? { ...m, tool_calls: [] } : m));
     expect(questionWordsInActions(prose, frame)).toEqual([]);
