@@ -41,7 +41,7 @@ import type { ChatMessage } from "../shared/protocol/openai.ts";
 import { seededRandomFrom } from "../shared/rl/random.ts";
 import { LocalObjectStore } from "../shared/transport/local.ts";
 import { servePolicy } from "../trainer-image/policy-server/serve.ts";
-import { syllablesOf } from "../trainer-image/sft/answer-variants.ts";
+import { type Syllables, syllablesOf } from "../trainer-image/sft/answer-variants.ts";
 import { frameWordsByTask, questionVariant, questionWordsInActions } from "../trainer-image/sft/question-variants.ts";
 import { collectExpertTraces, type ExpertTrace } from "../trainer-image/sft/sft.ts";
 
@@ -285,6 +285,22 @@ async function lossesOf(folder: string, episodes: number) {
   }
 }
 
+/** Per task, the frame words and syllables renamed copies draw on: the same for every checkpoint, so made once. */
+const renameVocabularies = new Map<string, Promise<{ frame: Set<string>; syllables: Syllables }>>();
+
+function renameVocabulary(task: TaskModule): Promise<{ frame: Set<string>; syllables: Syllables }> {
+  const name = task.task.name;
+  let vocabulary = renameVocabularies.get(name);
+  if (!vocabulary) {
+    vocabulary = collectExpertTraces([task], RENAME_SAMPLE, SEED + 1).then(({ traces }) => {
+      const frame = frameWordsByTask(traces).get(name) ?? new Set<string>();
+      return { frame, syllables: syllablesOf(traces.flatMap((t) => questionWordsInActions(t.messages, frame))) };
+    });
+    renameVocabularies.set(name, vocabulary);
+  }
+  return vocabulary;
+}
+
 /**
  * Loss on the renamed words of one question-renamed copy of each trace (question-variants.ts),
  * with the frame words and syllables taken from a larger seeded sample of the task's episodes.
@@ -295,9 +311,7 @@ async function renamedWordLoss(
   task: TaskModule,
   traces: readonly ExpertTrace[],
 ): Promise<{ nll: number; count: number; confident: number }> {
-  const sample = (await collectExpertTraces([task], RENAME_SAMPLE, SEED + 1)).traces;
-  const frame = frameWordsByTask(sample).get(task.task.name) ?? new Set<string>();
-  const syllables = syllablesOf(sample.flatMap((t) => questionWordsInActions(t.messages, frame)));
+  const { frame, syllables } = await renameVocabulary(task);
   const random = seededRandomFrom(SEED, "renamed", task.task.name);
   const total = { nll: 0, count: 0, confident: 0 };
   for (const trace of traces) {
