@@ -344,14 +344,24 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
         ended = await Promise.race([finished.then(() => true), sleep(500).then(() => false)]);
       }
     }
-    await Promise.all([...byRole("feeder"), ...byRole("rollout"), ...byRole("gateway")].map(start));
-    // An agent's session through the gateway (process runner: its URL is on this machine).
+    // An agent's session through the gateway (process runner: its URL is on this machine), to its
+    // end before the rollouts start: once they fill the staleness bound the gateway answers 429
+    // until the trainer consumes, and a trainer that finishes its steps first would leave the
+    // session's export (and its grants) undone on a loaded host.
+    await Promise.all(byRole("gateway").map(start));
     const gatewayUrl = listeningUrls.get("gateway");
-    if (gatewayUrl)
-      void gatewaySession(gatewayUrl).then(
-        (line) => log(line),
-        (error: unknown) => finish(`the gateway session failed: ${(error as Error).message}`),
+    if (gatewayUrl) {
+      const session = gatewaySession(gatewayUrl).then(
+        (line) => {
+          log(line);
+          return "";
+        },
+        (error: unknown) => `the gateway session failed: ${(error as Error).message}`,
       );
+      const outcome = await Promise.race([session, finished]);
+      if (outcome) finish(outcome);
+    }
+    await Promise.all([...byRole("feeder"), ...byRole("rollout")].map(start));
     log(
       `started ${running.size} roles as ${runner.kind === "process" ? "processes" : "containers"} (ready after ${Object.entries(
         readySeconds,
