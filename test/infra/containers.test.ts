@@ -89,6 +89,8 @@ describe.skipIf(!engine)("container images, built and run (podman or Docker)", (
       'test -z "$(ls -A runs)$(ls -A .agentrl)" && touch runs/probe .agentrl/probe && echo RUNS_EMPTY_WRITABLE',
       // TF.js only where a role runs a model (trainer, policy servers, sweep runner).
       "node -e \"require.resolve('@tensorflow/tfjs'); console.log('TFJS_PRESENT')\" 2>/dev/null; test -e node_modules/core-js && echo COREJS_PRESENT",
+      // the CLI's bundle, made at build time, is current: the node user may not write another
+      `node --input-type=module -e "const { cliBundle } = await import('/app/bin/cliBundle.mjs'); console.log((await cliBundle()) ? 'BUNDLE_CURRENT' : 'NO_BUNDLE')"`,
       "id -u",
     ].join("; ");
     const results = await Promise.all(
@@ -108,6 +110,7 @@ describe.skipIf(!engine)("container images, built and run (podman or Docker)", (
       expect(result.stdout, name).toContain("APP_OK");
       expect(result.stdout, name).toContain("SQLITE_OK");
       expect(result.stdout, name).toContain("RUNS_EMPTY_WRITABLE");
+      expect(result.stdout, name).toContain("BUNDLE_CURRENT");
       const modelImage = plan[i]?.roles.includes("trainer") ?? false;
       expect(result.stdout.includes("TFJS_PRESENT"), `${name}: TF.js`).toBe(modelImage);
       expect(result.stdout.includes("COREJS_PRESENT"), `${name}: core-js`).toBe(modelImage);

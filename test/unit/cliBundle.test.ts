@@ -1,0 +1,101 @@
+import { spawnSync } from "node:child_process";
+import { mkdirSync, readdirSync, readFileSync, utimesSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { describe, expect, it } from "vitest";
+// @ts-expect-error: plain JavaScript (it runs before any TypeScript loader), typed by its JSDoc
+import { cliBundle } from "../../bin/cliBundle.mjs";
+import { tempDir } from "../support/tmp.ts";
+
+type Bundle = (options?: {
+  root?: string;
+  entry?: string;
+  cacheDir?: string;
+  env?: NodeJS.ProcessEnv;
+}) => Promise<string | undefined>;
+const bundle = cliBundle as Bundle;
+
+const BIN = fileURLToPath(new URL("../../bin/agentrl.mjs", import.meta.url));
+
+/** A small TypeScript program: a static import, a lazily imported module, import.meta.url in each. */
+function project(): { root: string; cacheDir: string } {
+  const root = tempDir("agentrl-bundle-");
+  mkdirSync(join(root, "lib"));
+  writeFileSync(join(root, "main.ts"), 'import { word } from "./lib/word.ts";\nconsole.log(word());\n');
+  writeFileSync(
+    join(root, "lib/word.ts"),
+    [
+      "export function word(): string {",
+      '  return "first " + import.meta.url;',
+      "}",
+      'export const later = async (): Promise<string> => (await import("./lazy.ts")).lazy;',
+    ].join("\n"),
+  );
+  writeFileSync(join(root, "lib/lazy.ts"), 'export const lazy: string = "lazy " + import.meta.url;\n');
+  return { root, cacheDir: join(root, "cache") };
+}
+
+function run(url: string): string {
+  const result = spawnSync(process.execPath, ["--input-type=module", "-e", `await import(${JSON.stringify(url)});`], {
+    encoding: "utf8",
+  });
+  expect(result.stderr).toBe("");
+  return result.stdout.trim();
+}
+
+describe("the CLI's bundle (bin/cliBundle.mjs)", () => {
+  it("builds once, runs the program with each module's own import.meta.url, and is reused while nothing changed", async () => {
+    const { root, cacheDir } = project();
+    const url = await bundle({ root, entry: "main.ts", cacheDir });
+    expect(url).toMatch(/\/cache\/build-\d+-[0-9a-f]+\/main\.js$/);
+    expect(run(url as string)).toBe(`first ${pathToFileURL(join(root, "lib/word.ts")).href}`);
+    const manifest = JSON.parse(readFileSync(join(cacheDir, "current.json"), "utf8")) as {
+      inputs: Record<string, unknown>;
+    };
+    expect(Object.keys(manifest.inputs).sort()).toEqual(["lib/lazy.ts", "lib/word.ts", "main.ts"]);
+    expect(await bundle({ root, entry: "main.ts", cacheDir })).toBe(url);
+    expect(readdirSync(cacheDir).filter((name) => name.startsWith("build-"))).toHaveLength(1);
+  });
+
+  it("builds again when a file it was made from changes, even one only imported lazily", async () => {
+    const { root, cacheDir } = project();
+    const first = await bundle({ root, entry: "main.ts", cacheDir });
+    writeFileSync(join(root, "lib/lazy.ts"), 'export const lazy: string = "edited";\n');
+    const second = await bundle({ root, entry: "main.ts", cacheDir });
+    expect(second).not.toBe(first);
+    const chunks = readdirSync(new URL(".", second as string)).filter((name) => name.endsWith(".js"));
+    const text = chunks.map((name) => readFileSync(new URL(name, second as string), "utf8")).join("\n");
+    expect(text).toContain('"edited"');
+    // same size, new mtime: still a change
+    writeFileSync(join(root, "main.ts"), 'import { word } from "./lib/word.ts";\nconsole.error(word());\n');
+    const edited = await bundle({ root, entry: "main.ts", cacheDir });
+    expect(edited).not.toBe(second);
+    utimesSync(join(root, "main.ts"), new Date(), new Date(Date.now() + 60_000));
+    expect(await bundle({ root, entry: "main.ts", cacheDir })).not.toBe(edited);
+  });
+
+  it("gives no bundle (the caller uses tsx) when AGENTRL_BUNDLE=0, when the sources do not build, or the cache is not writable", async () => {
+    const { root, cacheDir } = project();
+    expect(await bundle({ root, entry: "main.ts", cacheDir, env: { AGENTRL_BUNDLE: "0" } })).toBeUndefined();
+    expect(readdirSync(root)).not.toContain("cache");
+    writeFileSync(join(root, "broken.ts"), 'import { missing } from "./nowhere.ts";\nmissing();\n');
+    expect(await bundle({ root, entry: "broken.ts", cacheDir })).toBeUndefined();
+    // (tests run as root, which ignores permissions: a cache path below a file fails for everyone)
+    writeFileSync(join(root, "a-file"), "");
+    expect(await bundle({ root, entry: "main.ts", cacheDir: join(root, "a-file", "cache") })).toBeUndefined();
+  });
+
+  it("agentrl runs the same from its bundle and from its sources", () => {
+    const env = { ...process.env, AGENTRL_BUNDLE: undefined };
+    for (const args of [["--version"], ["config", "validate", "configs/quickstart.yaml"], ["evl"]]) {
+      const bundled = spawnSync(process.execPath, [BIN, ...args], { encoding: "utf8", env });
+      const sources = spawnSync(process.execPath, [BIN, ...args], {
+        encoding: "utf8",
+        env: { ...env, AGENTRL_BUNDLE: "0" },
+      });
+      expect(bundled.status, args.join(" ")).toBe(sources.status);
+      expect(bundled.stdout).toBe(sources.stdout);
+      expect(bundled.stderr).toBe(sources.stderr);
+    }
+  });
+});
