@@ -20,6 +20,7 @@ interface SftCliOptions {
   answerResample: "pool" | "recombine";
   answerCrops: number;
   questionVariants: number;
+  questionNumbers: boolean;
   blindShare: number;
   proseShare: number;
   dataParallel: number;
@@ -78,6 +79,11 @@ export function register(program: Command): void {
         0,
       )
       .option(
+        "--question-numbers",
+        "the question variants also redraw the question's numbers of two or more digits that the actions spell (the value an update sets)",
+        false,
+      )
+      .option(
         "--blind-share <p>",
         "share of traces replaced by a blind one: the expert's final turn at once, no tool call (0 to 1)",
         shareOption("--blind-share"),
@@ -102,6 +108,13 @@ export function register(program: Command): void {
     if (Boolean(options.out) === Boolean(options.store))
       throw new ValidationError("sft options", [
         { path: "--out/--store", message: "give exactly one: --out DIR or --store" },
+      ]);
+    if (options.questionNumbers && options.questionVariants === 0)
+      throw new ValidationError("sft options", [
+        {
+          path: "--question-numbers",
+          message: "renames within the question variants: give --question-variants N (N >= 1) too",
+        },
       ]);
     if (options.blindShare + options.proseShare > 1)
       throw new ValidationError("sft options", [
@@ -161,6 +174,7 @@ export function register(program: Command): void {
         answerResample: options.answerResample,
         answerCrops: options.answerCrops,
         questionVariants: options.questionVariants,
+        questionNumbers: options.questionNumbers,
         blindShare: options.blindShare,
         proseShare: options.proseShare,
         dataParallel: options.dataParallel,

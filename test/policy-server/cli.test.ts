@@ -3,7 +3,7 @@ import { agentrl } from "../support/cli.ts";
 
 describe("agentrl sft / policy serve: bad input is one clear line, never a stack trace", () => {
   it("explains what is wrong and what is allowed", async () => {
-    const [noOut, badTask, badPool, badLr, badInit, badWeight, badVariants, badBlind, tooManyHabits] =
+    const [noOut, badTask, badPool, badLr, badInit, badWeight, badVariants, badBlind, tooManyHabits, numbersAlone] =
       await Promise.all([
         agentrl(["sft", "--steps", "1"]),
         agentrl(["sft", "--tasks", "chess", "--out", "/nonexistent-never-written"]),
@@ -14,6 +14,7 @@ describe("agentrl sft / policy serve: bad input is one clear line, never a stack
         agentrl(["sft", "--answer-variants", "1.5", "--store"]),
         agentrl(["sft", "--blind-share", "1.5", "--store"]),
         agentrl(["sft", "--blind-share", "0.6", "--prose-share", "0.5", "--store"]),
+        agentrl(["sft", "--question-numbers", "--store"]),
       ]);
     expect(noOut.status).toBe(2);
     expect(noOut.stderr).toMatch(/--out\/--store: give exactly one: --out DIR or --store/);
@@ -32,7 +33,22 @@ describe("agentrl sft / policy serve: bad input is one clear line, never a stack
     expect(badBlind.stderr).toMatch(/--blind-share must be a number from 0 to 1, got "1.5"/);
     expect(tooManyHabits.status).toBe(2);
     expect(tooManyHabits.stderr).toMatch(/--prose-share: --blind-share 0.6 \+ --prose-share 0.5 is above 1/);
-    for (const run of [noOut, badTask, badPool, badLr, badInit, badWeight, badVariants, badBlind, tooManyHabits])
+    expect(numbersAlone.status).toBe(2);
+    expect(numbersAlone.stderr).toMatch(
+      /--question-numbers: renames within the question variants: give --question-variants N/,
+    );
+    for (const run of [
+      noOut,
+      badTask,
+      badPool,
+      badLr,
+      badInit,
+      badWeight,
+      badVariants,
+      badBlind,
+      tooManyHabits,
+      numbersAlone,
+    ])
       expect(run.stderr).not.toMatch(/\n\s+at /);
   });
 });

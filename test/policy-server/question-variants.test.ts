@@ -130,6 +130,43 @@ describe("question-renamed variants", () => {
     expect(new Set(renamedColumns).size).toBe(3);
   });
 
+  it("with numbers, also redraws the question's values of two or more digits that the actions spell", () => {
+    const update: ChatMessage[] = [
+      { role: "system", content: "Run SQL." },
+      { role: "user", content: "Set the stock of the product named 'Hammer' to 369, in 7 rows at most." },
+      {
+        role: "assistant",
+        content: null,
+        tool_calls: [
+          call(
+            "execute_sql",
+            JSON.stringify({ query: "UPDATE products SET stock = 369 WHERE name = 'Hammer' LIMIT 7" }),
+          ),
+        ],
+      },
+      { role: "tool", tool_call_id: "call_0", content: "stock 369 set (1 row)" },
+    ];
+    expect(questionWordsInActions(update, frame)).toEqual(["stock", "Hammer"]);
+    expect(questionWordsInActions(update, frame, { numbers: true })).toEqual(["stock", "Hammer", "369"]);
+    const values = new Set<string>();
+    for (let seed = 0; seed < 20; seed++) {
+      const variant = questionVariant(update, frame, syllables, seededRandom(seed), { numbers: true });
+      const user = variant?.[1]?.content ?? "";
+      const value = /to (\d+), in 7 rows/.exec(user)?.[1] ?? "";
+      expect(value).toMatch(/^[1-9]\d\d$/);
+      expect(value).not.toBe("369");
+      values.add(value);
+      // the same value in the action and the observation; the one-digit 7 stays
+      expect(text(variant ?? [])).toContain(`= ${value} WHERE`);
+      expect(variant?.[3]?.content).toMatch(new RegExp(`^\\w+ ${value} set`));
+      expect(text(variant ?? [])).toContain("LIMIT 7");
+      // without `numbers` the value stays
+      const wordsOnly = questionVariant(update, frame, syllables, seededRandom(seed));
+      expect(wordsOnly?.[1]?.content).toContain("to 369, in 7 rows");
+    }
+    expect(values.size).toBeGreaterThan(15);
+  });
+
   it("is reproducible from its random source, and absent when there is nothing to rename", () => {
     const a = questionVariant(episode("price", "toys"), frame, syllables, seededRandom(3));
     const b = questionVariant(episode("price", "toys"), frame, syllables, seededRandom(3));

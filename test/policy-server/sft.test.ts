@@ -201,6 +201,16 @@ describe("sft warm-up", () => {
     expect(renamed.lossBefore).toBeCloseTo(plain.lossBefore, 6);
     const recipe = JSON.parse((await new LocalObjectStore(join(dir, "db-renamed")).getText("sft/v0.json")) ?? "{}");
     expect(recipe).toMatchObject({ questionVariantsPerTrace: 2, questionVariants: 2 * kept });
+    // With numbers: the same variants, and the update and insert values redrawn too.
+    const numbered = await run("db-numbered", 5, { ...base, questionVariants: 2, questionNumbers: true });
+    expect(numbered.questionVariants).toBe(2 * kept);
+    const numberedRecipe = JSON.parse(
+      (await new LocalObjectStore(join(dir, "db-numbered")).getText("sft/v0.json")) ?? "{}",
+    );
+    expect(numberedRecipe).toMatchObject({ questionNumbers: true });
+    // (one of these three traces sets a value the question gives: different data, a different step)
+    expect(numbered.losses).not.toEqual(renamed.losses);
+    expect(recipe).toMatchObject({ questionNumbers: false });
     // The example task's question words are numbers: nothing to rename.
     expect((await run("example-renamed", 5, { steps: 1, questionVariants: 2 })).questionVariants).toBe(0);
   });

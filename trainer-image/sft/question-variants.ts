@@ -14,11 +14,15 @@ import { recombineValue, type Syllables } from "./answer-variants.ts";
  * Which words: letter words of three or more letters in the first user message that an assistant
  * tool call also spells as a whole word, minus the task's frame words (those in at least half of
  * the task's questions, such as `name` in "The name of this table is"): the frame is the task's
- * wording, not the instance's. Task-agnostic: it reads only the messages.
+ * wording, not the instance's. With `numbers`, also the question's numbers of two or more digits
+ * that an action spells (the value an update sets, a row an insert adds), redrawn with as many
+ * digits. Task-agnostic: it reads only the messages.
  */
 
 const WORD = /[A-Za-z0-9_]+/g;
 const LETTERS = /^[A-Za-z]{3,}$/;
+/** A value, not an index or a count: two digits or more, no leading zero. */
+const NUMBER = /^[1-9][0-9]+$/;
 /** Redraws before a word is left as it is because every fresh draw collided with a word of the trace. */
 const DRAWS = 8;
 
@@ -31,11 +35,22 @@ function wordsOf(text: string): Set<string> {
   return new Set(text.match(WORD) ?? []);
 }
 
-/** The task's frame words: letter words found in at least half of `questions`. */
+/** What the variants rename besides the question's letter words. */
+export interface RenameOptions {
+  /** The question's numbers of two or more digits that an action spells. @default false */
+  readonly numbers?: boolean;
+}
+
+function renamable(word: string, options: RenameOptions): boolean {
+  return LETTERS.test(word) || (options.numbers === true && NUMBER.test(word));
+}
+
+/** The task's frame words: letter words and numbers found in at least half of `questions`. */
 export function frameWordsOf(questions: readonly string[]): Set<string> {
   const counts = new Map<string, number>();
   for (const question of questions)
-    for (const word of wordsOf(question)) if (LETTERS.test(word)) counts.set(word, (counts.get(word) ?? 0) + 1);
+    for (const word of wordsOf(question))
+      if (renamable(word, { numbers: true })) counts.set(word, (counts.get(word) ?? 0) + 1);
   return new Set([...counts].filter(([, n]) => 2 * n >= questions.length).map(([word]) => word));
 }
 
@@ -51,13 +66,26 @@ export function frameWordsByTask(traces: readonly { task: string; messages: read
 }
 
 /** The instance's words the actions copy from the question (see the module comment), in question order. */
-export function questionWordsInActions(messages: readonly ChatMessage[], frame: ReadonlySet<string>): string[] {
+export function questionWordsInActions(
+  messages: readonly ChatMessage[],
+  frame: ReadonlySet<string>,
+  options: RenameOptions = {},
+): string[] {
   const actions = new Set(
     messages.flatMap((m) =>
       m.role === "assistant" ? (m.tool_calls ?? []).flatMap((c) => [...wordsOf(c.function.arguments)]) : [],
     ),
   );
-  return [...wordsOf(firstQuestion(messages))].filter((w) => LETTERS.test(w) && !frame.has(w) && actions.has(w));
+  return [...wordsOf(firstQuestion(messages))].filter((w) => renamable(w, options) && !frame.has(w) && actions.has(w));
+}
+
+/** A number of as many digits as `number`, its first not zero. */
+function freshNumber(number: string, random: () => number): string {
+  const digits = Array.from(
+    { length: number.length },
+    (_, i) => Math.floor(random() * (i === 0 ? 9 : 10)) + (i === 0 ? 1 : 0),
+  );
+  return digits.join("");
 }
 
 /** Every whole-word occurrence of a key of `renames` in `text` replaced by its value, all at once. */
@@ -76,6 +104,7 @@ export function questionVariant(
   frame: ReadonlySet<string>,
   syllables: Syllables,
   random: () => number,
+  options: RenameOptions = {},
 ): ChatMessage[] | undefined {
   const taken = new Set(
     messages.flatMap((m) => [
@@ -85,9 +114,9 @@ export function questionVariant(
   );
   const takenLower = new Set([...taken].map((w) => w.toLowerCase()));
   const renames = new Map<string, string>();
-  for (const word of questionWordsInActions(messages, frame)) {
+  for (const word of questionWordsInActions(messages, frame, options)) {
     for (let draw = 0; draw < DRAWS; draw++) {
-      const fresh = recombineValue(word, syllables, random);
+      const fresh = NUMBER.test(word) ? freshNumber(word, random) : recombineValue(word, syllables, random);
       if (fresh === undefined) return undefined;
       if (takenLower.has(fresh.toLowerCase())) continue;
       renames.set(word, fresh);

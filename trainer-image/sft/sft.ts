@@ -26,7 +26,7 @@ import {
   type WordResample,
 } from "./answer-variants.ts";
 import nllShardLoss, { type NllInput } from "./nllShard.ts";
-import { frameWordsByTask, questionVariant, questionWordsInActions } from "./question-variants.ts";
+import { frameWordsByTask, questionVariant, questionWordsInActions, type RenameOptions } from "./question-variants.ts";
 
 /**
  * Warm-up by behaviour cloning: expert episodes from the task environments (their scripted
@@ -81,6 +81,11 @@ export interface SftOptions {
    * so the action can only copy them from the request. @default 0
    */
   readonly questionVariants?: number;
+  /**
+   * The question variants also redraw the question's numbers (two or more digits) that the actions
+   * spell, such as the value an update sets. @default false
+   */
+  readonly questionNumbers?: boolean;
   /**
    * Extra short sequences per step, each the last 128 tokens of a trace (or variant) with a
    * copied answer, with the loss on the answer turn only: many copy examples per step for little
@@ -230,7 +235,9 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
     : ChatCodec.train(traces, model.vocabSize);
   if (start) log.info({ version: start.manifest.version, model }, "continuing from an earlier warm-up");
   const variants = answerVariants(traces, options.answerVariants ?? 0, seed, options.answerResample ?? "pool");
-  const renamed = questionVariants(traces, options.questionVariants ?? 0, seed);
+  const renamed = questionVariants(traces, options.questionVariants ?? 0, seed, {
+    numbers: options.questionNumbers ?? false,
+  });
   const isOriginal = new Set<ExpertTrace>(traces);
   if (variants.length > 0) log.info({ variants: variants.length }, "answer-resampled variants added");
   if (renamed.length > 0) log.info({ variants: renamed.length }, "question-renamed variants added");
@@ -350,6 +357,7 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
           answerVariants: options.answerVariants ?? 0,
           answerResample: options.answerResample ?? "pool",
           questionVariantsPerTrace: options.questionVariants ?? 0,
+          questionNumbers: options.questionNumbers ?? false,
           answerCrops,
           dataParallel: options.dataParallel ?? 1,
           variants: variants.length,
@@ -440,13 +448,19 @@ function answerVariants(
 }
 
 /** `count` question-renamed copies of each trace whose actions copy words of its question, drawn from `seed`. */
-function questionVariants(traces: readonly ExpertTrace[], count: number, seed: number): ExpertTrace[] {
+function questionVariants(
+  traces: readonly ExpertTrace[],
+  count: number,
+  seed: number,
+  rename: RenameOptions,
+): ExpertTrace[] {
   if (count === 0) return [];
   const random = seededRandomFrom(seed, "question-variants");
   const frames = frameWordsByTask(traces);
   const words = new Map<string, string[]>();
   for (const trace of traces) {
     const list = words.get(trace.task) ?? [];
+    // the fresh words' syllables come from the letter words alone
     list.push(...questionWordsInActions(trace.messages, frames.get(trace.task) ?? new Set()));
     words.set(trace.task, list);
   }
@@ -457,6 +471,7 @@ function questionVariants(traces: readonly ExpertTrace[], count: number, seed: n
       frames.get(trace.task) ?? new Set(),
       syllables.get(trace.task) ?? { syllables: [], codas: [] },
       random,
+      rename,
     ),
   );
 }
