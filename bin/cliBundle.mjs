@@ -51,10 +51,18 @@ export async function cliBundle(options = {}) {
  * `builder`: this file's.
  */
 
-/** @returns {Manifest | undefined} */
+/** The manifest, or undefined when missing or not one (then a new bundle replaces it). @returns {Manifest | undefined} */
 function readManifest(cacheDir) {
   try {
-    return JSON.parse(readFileSync(join(cacheDir, "current.json"), "utf8"));
+    const manifest = JSON.parse(readFileSync(join(cacheDir, "current.json"), "utf8"));
+    const valid =
+      typeof manifest?.entry === "string" &&
+      typeof manifest.dir === "string" &&
+      /^build-[\w-]+$/.test(manifest.dir) &&
+      typeof manifest.inputs === "object" &&
+      manifest.inputs !== null &&
+      Object.values(manifest.inputs).every((recorded) => Array.isArray(recorded));
+    return valid ? manifest : undefined;
   } catch {
     return undefined;
   }
@@ -117,11 +125,13 @@ async function build(root, entry, cacheDir) {
     logLevel: "silent",
     plugins: [sourceUrls],
   });
+  const finished = Date.now();
   const inputs = {};
   for (const path of Object.keys(result.metafile.inputs)) {
     const [mtimeMs, size] = fingerprint(join(root, path));
-    // edited while the build read it: record it as changed, so the next start builds again
-    inputs[path] = mtimeMs >= started ? [-1, -1] : [mtimeMs, size];
+    // edited while the build read it: record it as changed, so the next start builds again (a
+    // file dated in the future, from a clock ahead of this one, is recorded as it is)
+    inputs[path] = mtimeMs >= started && mtimeMs <= finished ? [-1, -1] : [mtimeMs, size];
   }
   const manifest = join(cacheDir, `current.json.${dir}`);
   writeFileSync(manifest, JSON.stringify({ entry, dir, builder: fingerprint(BUILDER), inputs }));

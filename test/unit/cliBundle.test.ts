@@ -71,7 +71,15 @@ describe("the CLI's bundle (bin/cliBundle.mjs)", () => {
     const edited = await bundle({ root, entry: "main.ts", cacheDir });
     expect(edited).not.toBe(second);
     utimesSync(join(root, "main.ts"), new Date(), new Date(Date.now() + 60_000));
-    expect(await bundle({ root, entry: "main.ts", cacheDir })).not.toBe(edited);
+    const touched = await bundle({ root, entry: "main.ts", cacheDir });
+    expect(touched).not.toBe(edited);
+    // a manifest that is not one (a disk that filled mid-write) is replaced, not trusted or kept
+    for (const garbage of ["{", '{"entry":"main.ts","dir":"../elsewhere","inputs":{}}', "null"]) {
+      writeFileSync(join(cacheDir, "current.json"), garbage);
+      const rebuilt = await bundle({ root, entry: "main.ts", cacheDir });
+      expect(rebuilt).toMatch(/\/cache\/build-\d+-[0-9a-f]+\/main\.js$/);
+      expect(await bundle({ root, entry: "main.ts", cacheDir })).toBe(rebuilt);
+    }
   });
 
   it("gives no bundle (the caller uses tsx) when AGENTRL_BUNDLE=0, when the sources do not build, or the cache is not writable", async () => {
