@@ -171,6 +171,8 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
   const running = new Map<TaskRoleDefinition, ChildProcess>();
   /** The last 3,000 characters each role wrote to stderr (reported when a role has to be killed). */
   const stderrTails = new Map<string, string>();
+  /** Roles the rehearsal is stopping (their exit is expected). */
+  const stopping = new Set<string>();
   const stops: Record<string, RoleStop> = {};
   let timeout: ReturnType<typeof setTimeout> | undefined;
   const authorizationLog = join(mkdtempSync(join(tmpdir(), "agentrl-rehearse-moto-")), "authorized.jsonl");
@@ -320,7 +322,11 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
         });
         child.once("exit", (code) => {
           if (definition.role === "trainer") finish(code === 0 ? "" : `the trainer exited with ${code}: ${tail()}`);
-          else finish(`role ${definition.key} exited with ${code}: ${tail()}`);
+          else {
+            // after the trainer's end the run's failure is settled: still say why a role left
+            if (!stopping.has(definition.key)) log(`role ${definition.key} exited by itself with ${code}: ${tail()}`);
+            finish(`role ${definition.key} exited with ${code}: ${tail()}`);
+          }
           resolveReady();
         });
       });
@@ -423,6 +429,7 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
     const stopRole = async (definition: TaskRoleDefinition): Promise<RoleStop> => {
       const child = running.get(definition);
       if (!child) throw new Error(`role ${definition.key} is not running`);
+      stopping.add(definition.key);
       const stopped = await runner.stop(definition, child);
       stops[definition.key] = stopped;
       // A role that ignored SIGTERM was stuck somewhere: its last words say where.
