@@ -117,6 +117,23 @@ export const OsSummary = z.object({
 });
 export type OsSummary = z.infer<typeof OsSummary>;
 
+/** `npm run bench:os-threads`. */
+export const OsThreadsSummary = z.object({
+  /** Sessions at a time and rounds of them. */
+  concurrency: z.number(),
+  rounds: z.number(),
+  /** CPU seconds of the whole process (its shell threads included) with the pool capped at 4 idle threads. */
+  cappedCpuS: Figure,
+  /** The same with the pool sized to the load (the default). */
+  sizedCpuS: Figure,
+  cappedThreadsStarted: z.number(),
+  sizedThreadsStarted: z.number(),
+  /** Resident memory with the sized pool's threads idle, MiB. */
+  sizedIdleRssMiB: Figure,
+  load1: z.number(),
+});
+export type OsThreadsSummary = z.infer<typeof OsThreadsSummary>;
+
 /** A figure for the summary: rounded to 3 decimals, null when not finite. */
 export function figure(x: number | undefined): number | null {
   return x === undefined || !Number.isFinite(x) ? null : Math.round(x * 1000) / 1000;

@@ -1,5 +1,6 @@
 import { Worker } from "node:worker_threads";
 import { z } from "zod";
+import { DEFAULT_IDLE_MS, DEFAULT_MAX_IDLE, IdlePool } from "../../shared/env/idlePool.ts";
 
 /**
  * SQLite sessions backed by sql.js worker threads. A statement that runs past its time limit is
@@ -125,27 +126,28 @@ class SqlWorker {
   }
 }
 
-/** Keeps a few warm workers so that episodes do not each pay the thread and wasm start-up. */
+/**
+ * Warm workers for the next episodes, as many as the sessions last used at once: each spawn costs a
+ * thread and a wasm start-up.
+ */
 class WorkerPool {
-  private readonly idle: SqlWorker[] = [];
-
-  constructor(private readonly maxIdle: number) {}
+  private readonly idle = new IdlePool<SqlWorker>({
+    maxIdle: DEFAULT_MAX_IDLE,
+    idleMs: DEFAULT_IDLE_MS,
+    isAlive: (worker) => worker.healthy,
+    discard: (worker) => void worker.terminate(),
+  });
 
   async acquire(): Promise<SqlWorker> {
-    while (this.idle.length > 0) {
-      const worker = this.idle.pop()!;
-      if (worker.healthy) return worker;
-    }
-    return SqlWorker.spawn();
+    return this.idle.take() ?? SqlWorker.spawn();
   }
 
   release(worker: SqlWorker): void {
-    if (worker.healthy && this.idle.length < this.maxIdle) this.idle.push(worker);
-    else void worker.terminate();
+    this.idle.put(worker);
   }
 }
 
-const pool = new WorkerPool(8);
+const pool = new WorkerPool();
 
 /** Time allowed for rebuilding a database (setup script plus replayed statements). */
 const REBUILD_LIMIT_MS = 30_000;

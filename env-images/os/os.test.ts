@@ -259,6 +259,32 @@ describe("os sandbox containment", () => {
     hanging.drain();
   });
 
+  it("keeps as many shell threads as its sandboxes used at once: the next round starts none", async () => {
+    let started = 0;
+    const counting = new ShellPool({
+      spawn: () => {
+        started += 1;
+        return new Worker(new URL("./shellWorker.mjs", import.meta.url));
+      },
+    });
+    const signal = new AbortController().signal;
+    const round = async (tag: string) => {
+      const sandboxes = Array.from(
+        { length: 6 },
+        (_, i) => new OsSandbox({ "/home/user/a.txt": `${tag}${i}\n` }, sandboxLimits(), counting),
+      );
+      const outputs = await Promise.all(sandboxes.map((sandbox) => sandbox.run("cat a.txt", signal)));
+      for (const sandbox of sandboxes) sandbox.close();
+      return outputs.map((text) => text.trim().split("\n").at(-1));
+    };
+    expect(await round("x")).toEqual(["x0", "x1", "x2", "x3", "x4", "x5"]);
+    expect(started).toBe(6);
+    // Reused threads start from the new sandboxes' files, not the last round's.
+    expect(await round("y")).toEqual(["y0", "y1", "y2", "y3", "y4", "y5"]);
+    expect(started).toBe(6);
+    counting.drain();
+  });
+
   it("a cancelled episode stops its running command", async () => {
     const sandbox = new OsSandbox({}, { ...sandboxLimits(), commandTimeoutMs: 20_000 }, pool);
     const controller = new AbortController();

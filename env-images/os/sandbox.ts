@@ -1,5 +1,6 @@
 import { Worker } from "node:worker_threads";
 import { z } from "zod";
+import { DEFAULT_IDLE_MS, DEFAULT_MAX_IDLE, IdlePool } from "../../shared/env/idlePool.ts";
 
 /**
  * One episode's shell: just-bash over an in-memory filesystem, run in a worker thread. Host files
@@ -8,7 +9,7 @@ import { z } from "zod";
  * tight loop would otherwise freeze the event loop (every other session and the heartbeats), the
  * shell lives in its own thread, which is terminated outright when it overruns the cap by
  * `hardKillGraceMs`. Outputs are truncated the way AgentBench's OS task does (keep the head,
- * append a note). Threads are pooled: spawning one costs ~0.5 s, reusing one costs nothing.
+ * append a note). Threads are pooled: spawning one costs ~0.3 s of CPU, reusing one costs nothing.
  */
 
 export interface SandboxLimits {
@@ -147,30 +148,37 @@ class ShellThread {
   }
 }
 
-/** Idle shell threads kept for reuse; busy ones belong to exactly one sandbox. */
+/**
+ * Idle shell threads kept for reuse, as many as the sandboxes last used at once (up to `maxIdle`,
+ * each for `idleMs`); busy ones belong to exactly one sandbox.
+ */
 export class ShellPool {
-  private readonly idle: ShellThread[] = [];
-  private readonly maxIdle: number;
+  private readonly idle: IdlePool<ShellThread>;
   private readonly spawn: ShellThreadSpawner;
 
-  constructor(options: { readonly maxIdle?: number; readonly spawn?: ShellThreadSpawner } = {}) {
-    this.maxIdle = options.maxIdle ?? 4;
+  constructor(
+    options: { readonly maxIdle?: number; readonly idleMs?: number; readonly spawn?: ShellThreadSpawner } = {},
+  ) {
     this.spawn = options.spawn ?? spawnShellWorker;
+    this.idle = new IdlePool({
+      maxIdle: options.maxIdle ?? DEFAULT_MAX_IDLE,
+      idleMs: options.idleMs ?? DEFAULT_IDLE_MS,
+      isAlive: (thread) => thread.alive,
+      discard: (thread) => thread.lose(new ShellThreadLost("released")),
+    });
   }
 
   acquire(): ShellThread {
-    for (let thread = this.idle.pop(); thread; thread = this.idle.pop()) if (thread.alive) return thread;
-    return new ShellThread(this.spawn);
+    return this.idle.take() ?? new ShellThread(this.spawn);
   }
 
   release(thread: ShellThread): void {
-    if (thread.alive && this.idle.length < this.maxIdle) this.idle.push(thread);
-    else thread.lose(new ShellThreadLost("released"));
+    this.idle.put(thread);
   }
 
   /** Terminates the idle threads (tests, shutdown). */
   drain(): void {
-    for (const thread of this.idle.splice(0)) thread.lose(new ShellThreadLost("pool drained"));
+    this.idle.drain();
   }
 }
 
