@@ -6,7 +6,7 @@
 // this runs before any TypeScript loader exists.
 import { randomBytes } from "node:crypto";
 import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { dirname, join, relative as relativePath } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 
 const REPOSITORY_ROOT = fileURLToPath(new URL("..", import.meta.url));
@@ -21,7 +21,8 @@ const KEEP_NEWEST = 5;
  * The file URL of the bundle's entry for `entry` (a path under `root`), built first if missing or
  * stale; undefined when AGENTRL_BUNDLE=0 or no bundle can be made or read (a read-only install):
  * the caller then loads the sources through tsx.
- * @param {{ root?: string, entry?: string, cacheDir?: string, env?: NodeJS.ProcessEnv }} [options]
+ * `workers`: worker threads' entries to bundle beside it (default WORKER_ENTRIES).
+ * @param {{ root?: string, entry?: string, workers?: Record<string, string>, cacheDir?: string, env?: NodeJS.ProcessEnv }} [options]
  * @returns {Promise<string | undefined>}
  */
 export async function cliBundle(options = {}) {
@@ -29,6 +30,7 @@ export async function cliBundle(options = {}) {
   if (env.AGENTRL_BUNDLE === "0") return undefined;
   const root = options.root ?? REPOSITORY_ROOT;
   const entry = options.entry ?? "cli/main.ts";
+  const workers = options.workers ?? WORKER_ENTRIES;
   const cacheDir = options.cacheDir ?? join(root, "node_modules", ".cache", "agentrl-cli");
   try {
     const current = readManifest(cacheDir);
@@ -39,7 +41,7 @@ export async function cliBundle(options = {}) {
       unchanged(root, current.inputs)
     )
       return pathToFileURL(join(cacheDir, current.dir, "main.js")).href;
-    return await build(root, entry, cacheDir);
+    return await build(root, entry, workers, cacheDir);
   } catch {
     return undefined;
   }
@@ -87,30 +89,61 @@ function unchanged(root, inputs) {
 }
 
 /**
- * Each module keeps its own `import.meta.url` (that of its source file), so paths made from it
- * (package.json, worker entries, data files) resolve as they do under tsx.
+ * Worker threads' entries, by the path of their source without extension. Under tsx each is a
+ * .mjs that registers the loader in its thread and imports its .ts (about 1.5 s of CPU per thread
+ * start); in the bundle each .ts is an entry of its own, and the code that starts the thread is
+ * pointed at it. test/unit/cliBundle.test.ts checks that every such .mjs is listed here or below.
  */
-const sourceUrls = {
-  name: "agentrl-source-urls",
-  setup(build) {
-    build.onLoad({ filter: /\.[cm]?ts$/ }, (args) => ({
-      contents: readFileSync(args.path, "utf8").replaceAll(
-        "import.meta.url",
-        JSON.stringify(pathToFileURL(args.path).href),
-      ),
-      loader: "ts",
-    }));
-  },
+export const WORKER_ENTRIES = {
+  "trainer-image/policy-server/decodeWorker": "decodeWorker",
+  "shared/model/webgpu/worker": "webgpuWorker",
 };
 
-async function build(root, entry, cacheDir) {
+/** Worker entries that stay on tsx: a data-parallel replica imports the loss module it is told (a .ts). */
+export const TSX_WORKERS = ["shared/model/dataParallelWorker"];
+
+/** `new URL("./x.mjs", import.meta.url)`: how the code names a worker's .mjs entry. */
+const WORKER_URL = /new URL\("(\.{1,2}\/[\w./-]+)\.mjs", import\.meta\.url\)/g;
+/** Stands for the chunk's own import.meta.url while the others are replaced. */
+const CHUNK_URL = "__agentrl_chunk_url__";
+
+/**
+ * Each module keeps its own `import.meta.url` (that of its source file), so paths made from it
+ * (package.json, data files) resolve as they do under tsx; a worker's entry is the bundle's, next
+ * to every chunk in the output folder.
+ */
+function sourceUrls(root, workers) {
+  return {
+    name: "agentrl-source-urls",
+    setup(build) {
+      build.onLoad({ filter: /\.[cm]?ts$/ }, (args) => {
+        const source = readFileSync(args.path, "utf8").replace(WORKER_URL, (call, relative) => {
+          const key = relativePath(root, join(dirname(args.path), relative));
+          const name = workers[key];
+          return name ? `new URL("./${name}.js", ${CHUNK_URL})` : call;
+        });
+        return {
+          contents: source
+            .replaceAll("import.meta.url", JSON.stringify(pathToFileURL(args.path).href))
+            .replaceAll(CHUNK_URL, "import.meta.url"),
+          loader: "ts",
+        };
+      });
+    },
+  };
+}
+
+async function build(root, entry, workers, cacheDir) {
   const { build: esbuild } = await import("esbuild");
   mkdirSync(cacheDir, { recursive: true });
   const started = Date.now();
   const dir = `build-${started}-${randomBytes(4).toString("hex")}`;
   const result = await esbuild({
     absWorkingDir: root,
-    entryPoints: { main: join(root, entry) },
+    entryPoints: {
+      main: join(root, entry),
+      ...Object.fromEntries(Object.entries(workers).map(([path, name]) => [name, join(root, `${path}.ts`)])),
+    },
     outdir: join(cacheDir, dir),
     bundle: true,
     splitting: true,
@@ -123,7 +156,7 @@ async function build(root, entry, cacheDir) {
     sourcemap: "linked",
     metafile: true,
     logLevel: "silent",
-    plugins: [sourceUrls],
+    plugins: [sourceUrls(root, workers)],
   });
   const finished = Date.now();
   const inputs = {};

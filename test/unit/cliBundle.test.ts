@@ -4,16 +4,21 @@ import { join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { describe, expect, it } from "vitest";
 // @ts-expect-error: plain JavaScript (it runs before any TypeScript loader), typed by its JSDoc
-import { cliBundle } from "../../bin/cliBundle.mjs";
+import { cliBundle, TSX_WORKERS, WORKER_ENTRIES } from "../../bin/cliBundle.mjs";
 import { tempDir } from "../support/tmp.ts";
 
 type Bundle = (options?: {
   root?: string;
   entry?: string;
+  workers?: Record<string, string>;
   cacheDir?: string;
   env?: NodeJS.ProcessEnv;
 }) => Promise<string | undefined>;
-const bundle = cliBundle as Bundle;
+/** The small program below has no worker threads unless a test gives it some. */
+const bundle: Bundle = (options) => (cliBundle as Bundle)({ workers: {}, ...options });
+const REPOSITORY_WORKERS = WORKER_ENTRIES as Record<string, string>;
+const WORKERS_ON_TSX = TSX_WORKERS as string[];
+const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 
 const BIN = fileURLToPath(new URL("../../bin/agentrl.mjs", import.meta.url));
 
@@ -91,6 +96,38 @@ describe("the CLI's bundle (bin/cliBundle.mjs)", () => {
     // (tests run as root, which ignores permissions: a cache path below a file fails for everyone)
     writeFileSync(join(root, "a-file"), "");
     expect(await bundle({ root, entry: "main.ts", cacheDir: join(root, "a-file", "cache") })).toBeUndefined();
+  });
+
+  it("starts a worker thread the sources start from its .mjs from the bundle's own entry for it", async () => {
+    const { root, cacheDir } = project();
+    writeFileSync(
+      join(root, "lib/thread.ts"),
+      'import { parentPort } from "node:worker_threads";\nparentPort?.postMessage("thread " + import.meta.url);\n',
+    );
+    // Under tsx, lib/thread.mjs would register the loader and import thread.ts; the bundle needs no .mjs.
+    writeFileSync(
+      join(root, "threads.ts"),
+      [
+        'import { Worker } from "node:worker_threads";',
+        'const worker = new Worker(new URL("./lib/thread.mjs", import.meta.url), { execArgv: [] });',
+        'worker.once("message", (text: string) => { console.log(text); void worker.terminate(); });',
+      ].join("\n"),
+    );
+    const url = await bundle({ root, entry: "threads.ts", workers: { "lib/thread": "thread" }, cacheDir });
+    expect(url).toBeDefined();
+    expect(readdirSync(new URL(".", url as string))).toContain("thread.js");
+    expect(run(url as string)).toBe(`thread ${pathToFileURL(join(root, "lib/thread.ts")).href}`);
+  });
+
+  it("bundles every worker thread entry of the repository (each .mjs that registers tsx) but those kept on tsx", () => {
+    const listed = spawnSync("git", ["ls-files", "*.mjs"], { cwd: ROOT, encoding: "utf8" }).stdout.split("\n");
+    const wrappers = listed
+      .filter((path) => path !== "" && path !== "bin/agentrl.mjs")
+      .filter((path) => readFileSync(join(ROOT, path), "utf8").includes("tsx/esm/api"))
+      .map((path) => path.replace(/\.mjs$/, ""));
+    expect(wrappers.length).toBeGreaterThanOrEqual(3);
+    expect([...Object.keys(REPOSITORY_WORKERS), ...WORKERS_ON_TSX].sort()).toEqual(wrappers.sort());
+    for (const path of wrappers) expect(readdirSync(join(ROOT, path, ".."))).toContain(`${path.split("/").at(-1)}.ts`);
   });
 
   it("agentrl runs the same from its bundle and from its sources", () => {
