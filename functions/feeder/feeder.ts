@@ -3,6 +3,7 @@ import type { ExperimentConfig } from "../../shared/config/index.ts";
 import { parseJsonOrThrow } from "../../shared/errors.ts";
 import { createLogger, type Logger } from "../../shared/log.ts";
 import { sleep } from "../../shared/sleep.ts";
+import { isTransientTransportError } from "../../shared/transport/errors.ts";
 import type { ObjectStore, Transport } from "../../shared/transport/types.ts";
 import { type PlannedGroup, type PlannedTask, requestsOf, TaskMixPlan } from "./plan.ts";
 
@@ -29,6 +30,9 @@ export const FeederCursor = z.object({
   lastFedVersion: z.number().int().min(-1),
 });
 export type FeederCursor = z.infer<typeof FeederCursor>;
+
+/** Longest wait between attempts after a transport error that may pass (doubling from pollMs). */
+const RETRY_MAX_MS = 10_000;
 
 /** How often an async-mode feeder acknowledges version notices it does not wait on. */
 const SETTLE_EVERY_MS = 5_000;
@@ -111,7 +115,7 @@ export async function runFeeder(
   const requests = transport.queue("rollout-requests");
   const trajectories = transport.queue("trajectories");
   const store = transport.store("trajectories");
-  const plan = new TaskMixPlan(plannedTasks(config, options.trainRange), config.seed);
+  let plan = new TaskMixPlan(plannedTasks(config, options.trainRange), config.seed);
   let cursor = await readCursor(store, config.experimentId);
   plan.skipTo(cursor.nextSeq);
   let groupsSent = 0;
@@ -133,11 +137,44 @@ export async function runFeeder(
     log.debug({ groups: count, nextSeq: cursor.nextSeq }, "sent rollout requests");
   };
 
+  // After a transport error that may pass, resume as a restarted feeder would: from the saved cursor.
+  const resume = async (error: unknown, attempt: number): Promise<void> => {
+    const waitMs = Math.min(RETRY_MAX_MS, pollMs * 2 ** attempt);
+    log.warn({ err: error, attempt, waitMs }, "transport error that may pass; resuming from the saved cursor");
+    await sleep(waitMs, options.signal);
+    cursor = await readCursor(store, config.experimentId);
+    plan = new TaskMixPlan(plannedTasks(config, options.trainRange), config.seed);
+    plan.skipTo(cursor.nextSeq);
+  };
+
   // async mode waits on no version: acknowledge the notices every few seconds so they never pile up
   let lastSettle = 0;
+  let failures = 0;
   while (!options.signal?.aborted) {
+    try {
+      if (!(await step())) break;
+      failures = 0;
+    } catch (error) {
+      if (!isTransientTransportError(error) || options.signal?.aborted) throw error;
+      for (let lastError = error; !options.signal?.aborted; ) {
+        failures += 1;
+        try {
+          await resume(lastError, failures);
+          break;
+        } catch (again) {
+          if (!isTransientTransportError(again)) throw again;
+          lastError = again;
+        }
+      }
+    }
+  }
+  log.info({ groupsSent, requestsSent, nextSeq: cursor.nextSeq }, "feeder stopped");
+  return { groupsSent, requestsSent, cursor };
+
+  /** One round: feeds what the mode allows, or waits; false when every group is fed. */
+  async function step(): Promise<boolean> {
     const remaining = options.maxGroups === undefined ? Number.POSITIVE_INFINITY : options.maxGroups - plan.position;
-    if (remaining <= 0) break;
+    if (remaining <= 0) return false;
     let count = 0;
     let version = cursor.lastFedVersion;
     if (sync) {
@@ -158,7 +195,6 @@ export async function runFeeder(
       await emit(count, version);
       if (sync) await options.settleVersions?.(version);
     } else await sleep(pollMs, options.signal);
+    return true;
   }
-  log.info({ groupsSent, requestsSent, nextSeq: cursor.nextSeq }, "feeder stopped");
-  return { groupsSent, requestsSent, cursor };
 }

@@ -50,3 +50,36 @@ export class AccessDeniedError extends TransportError {
     super(`access denied: role ${role} may not ${action} on ${resource}`, options);
   }
 }
+
+/** Error names of the AWS SDK for a request that a later attempt may not meet. */
+const TRANSIENT_NAMES = new Set([
+  "TimeoutError",
+  "RequestTimeout",
+  "RequestTimeoutException",
+  "ThrottlingException",
+  "Throttling",
+  "RequestThrottled",
+  "SlowDown",
+  "ServiceUnavailable",
+  "InternalError",
+  "InternalFailure",
+]);
+/** Socket errors of a connection that may open next time. */
+const TRANSIENT_CODES = new Set(["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "EPIPE", "EAI_AGAIN", "EHOSTUNREACH"]);
+
+/**
+ * True for a transport error that may pass: a connection that did not open in time or was
+ * refused or reset, throttling, a 5xx, after the SDK's own retries. A role that meets one waits
+ * and carries on instead of exiting; a denial, a missing queue or a bad key is never transient.
+ */
+export function isTransientTransportError(error: unknown): boolean {
+  for (let at = error, depth = 0; at instanceof Error && depth < 4; at = at.cause, depth++) {
+    if (at instanceof TransportError) return false;
+    const details = at as Error & { code?: unknown; $metadata?: { httpStatusCode?: unknown } };
+    if (TRANSIENT_NAMES.has(at.name)) return true;
+    if (typeof details.code === "string" && TRANSIENT_CODES.has(details.code)) return true;
+    const status = details.$metadata?.httpStatusCode;
+    if (typeof status === "number" && status >= 500) return true;
+  }
+  return false;
+}

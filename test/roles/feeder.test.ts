@@ -172,6 +172,34 @@ describe("runFeeder on the local transport", () => {
     for (const r of requests.filter((x) => x.task === "kg")) expect(r.index).toBeLessThan(4);
   });
 
+  it("waits out a transport error that may pass and resumes from its cursor; any other error ends it", async () => {
+    const cfg = config();
+    const requests = transport.queue("rollout-requests");
+    const sendBatch = requests.sendBatch.bind(requests);
+    let calls = 0;
+    // The first send fails as a connection the server did not accept in time does (the SDK's TimeoutError).
+    requests.sendBatch = async (bodies) => {
+      calls += 1;
+      if (calls === 1)
+        throw Object.assign(new Error("socket did not connect within 10000 ms"), { name: "TimeoutError" });
+      return sendBatch(bodies);
+    };
+    const realQueue = transport.queue.bind(transport);
+    transport.queue = (name) => (name === "rollout-requests" ? requests : realQueue(name));
+    const summary = await runFeeder(cfg, transport, { pollMs: 5, maxGroups: 4 });
+    expect(calls).toBeGreaterThanOrEqual(2);
+    expect(summary.cursor.nextSeq).toBe(4);
+    const plan = new TaskMixPlan(plannedTasks(cfg), cfg.seed);
+    const expected = Array.from({ length: 4 }, () => plan.next().groupId);
+    // every planned group was sent once, in order: the failed send resumed from the saved cursor
+    expect((await drain(100)).filter((r) => r.sample === 0).map((r) => r.groupId)).toEqual(expected);
+
+    requests.sendBatch = async () => {
+      throw new Error("not a transport error");
+    };
+    await expect(runFeeder(cfg, transport, { pollMs: 5, maxGroups: 6 })).rejects.toThrow("not a transport error");
+  });
+
   it("resumes from its cursor: a restart continues the same deterministic sequence", async () => {
     const cfg = config();
     await runFeeder(cfg, transport, { pollMs: 5, maxGroups: 3 });
