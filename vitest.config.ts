@@ -6,14 +6,12 @@ export default defineConfig({
     include: ["test/**/*.test.ts", "env-images/**/*.test.ts"],
     // Prints, last, the test files skipped for a missing system tool and how to install it.
     globalSetup: ["test/support/skipSummary.ts"],
-    // Suites spawn servers and child processes and wait on them: three files at a time keep 2 cores
-    // busy where two left a fifth of them idle (docs/benchmarks.md); the long tests' timeouts leave
-    // twice what they took so.
+    // Suites spawn servers and child processes; run files in parallel on 2 cores but keep slack.
     testTimeout: 60_000,
     hookTimeout: 60_000,
     pool: "forks",
     sequence: { sequencer: LongFirstSequencer },
-    poolOptions: { forks: { maxForks: 3, minForks: 1 } },
+    poolOptions: { forks: { maxForks: 2, minForks: 1 } },
     reporters: process.env.CI ? ["default"] : ["default"],
   },
 });
