@@ -1,0 +1,60 @@
+import { readdirSync, readFileSync } from "node:fs";
+import { dirname, join, relative } from "node:path";
+import { fileURLToPath } from "node:url";
+import { describe, expect, it } from "vitest";
+import { OWN_PROCESS } from "../../vitest.config.ts";
+
+/**
+ * vitest.config.ts runs most test files in processes they share; a file that changes what the
+ * next file in its process would see must be listed in OWN_PROCESS. These are the changes that
+ * no setup file undoes: TF.js's backend and engine (one per process) and vitest's stubbed globals
+ * and fake timers.
+ */
+const ROOT = fileURLToPath(new URL("../..", import.meta.url));
+const PROCESS_WIDE = [
+  /\binitBackend\(/,
+  /\bsetBackend\(/,
+  /from "@tensorflow\//,
+  /vi\.useFakeTimers\(/,
+  /vi\.stubGlobal\(/,
+];
+
+function testFiles(dir: string): string[] {
+  return readdirSync(join(ROOT, dir), { withFileTypes: true }).flatMap((entry) => {
+    const path = join(dir, entry.name);
+    if (entry.isDirectory()) return testFiles(path);
+    return entry.name.endsWith(".test.ts") ? [path] : [];
+  });
+}
+
+/** OWN_PROCESS holds exact paths and `<dir>/*.test.ts` (that folder's files, not its subfolders'). */
+function matches(glob: string, file: string): boolean {
+  return glob.endsWith("/*.test.ts") ? dirname(file) === glob.slice(0, -"/*.test.ts".length) : file === glob;
+}
+
+function ownProcess(file: string): boolean {
+  return OWN_PROCESS.some((glob) => matches(glob, file));
+}
+
+describe("test files that change process-wide state", () => {
+  const files = ["test", "env-images"].flatMap(testFiles).map((file) => relative(ROOT, join(ROOT, file)));
+
+  it("finds the suite's files, and knows the listed ones from the others", () => {
+    expect(files.length).toBeGreaterThan(100);
+    expect(ownProcess("test/model/backend.test.ts")).toBe(true);
+    expect(ownProcess("test/unit/quickstart.test.ts")).toBe(true);
+    expect(ownProcess("test/unit/cli.test.ts")).toBe(false);
+    expect(ownProcess("test/rl/fixtures/x.test.ts")).toBe(false);
+  });
+
+  it("run in a process of their own (vitest.config.ts OWN_PROCESS)", () => {
+    const shared = files.filter((file) => !ownProcess(file));
+    const offending = shared.filter((file) => {
+      const source = readFileSync(join(ROOT, file), "utf8");
+      return PROCESS_WIDE.some((pattern) => pattern.test(source));
+    });
+    expect(offending).toEqual([]);
+    // every listed entry still names a test file or a folder of them
+    expect(OWN_PROCESS.filter((glob) => !files.some((file) => matches(glob, file)))).toEqual([]);
+  });
+});
