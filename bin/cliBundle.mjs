@@ -21,8 +21,9 @@ const KEEP_NEWEST = 5;
  * The file URL of the bundle's entry for `entry` (a path under `root`), built first if missing or
  * stale; undefined when AGENTRL_BUNDLE=0 or no bundle can be made or read (a read-only install):
  * the caller then loads the sources through tsx.
- * `workers`: worker threads' entries to bundle beside it (default WORKER_ENTRIES).
- * @param {{ root?: string, entry?: string, workers?: Record<string, string>, cacheDir?: string, env?: NodeJS.ProcessEnv }} [options]
+ * `workers`: worker threads' entries to bundle beside it (default WORKER_ENTRIES); `selfNamed`:
+ * modules a thread imports by the URL they give of themselves (default SELF_NAMED_ENTRIES).
+ * @param {{ root?: string, entry?: string, workers?: Record<string, string>, selfNamed?: Record<string, string>, cacheDir?: string, env?: NodeJS.ProcessEnv }} [options]
  * @returns {Promise<string | undefined>}
  */
 export async function cliBundle(options = {}) {
@@ -31,6 +32,7 @@ export async function cliBundle(options = {}) {
   const root = options.root ?? REPOSITORY_ROOT;
   const entry = options.entry ?? "cli/main.ts";
   const workers = options.workers ?? WORKER_ENTRIES;
+  const selfNamed = options.selfNamed ?? SELF_NAMED_ENTRIES;
   const cacheDir = options.cacheDir ?? join(root, "node_modules", ".cache", "agentrl-cli");
   try {
     const current = readManifest(cacheDir);
@@ -41,7 +43,7 @@ export async function cliBundle(options = {}) {
       unchanged(root, current.inputs)
     )
       return pathToFileURL(join(cacheDir, current.dir, "main.js")).href;
-    return await build(root, entry, workers, cacheDir);
+    return await build(root, entry, workers, selfNamed, cacheDir);
   } catch {
     return undefined;
   }
@@ -97,10 +99,18 @@ function unchanged(root, inputs) {
 export const WORKER_ENTRIES = {
   "trainer-image/policy-server/decodeWorker": "decodeWorker",
   "shared/model/webgpu/worker": "webgpuWorker",
+  "shared/model/dataParallelWorker": "dataParallelWorker",
 };
 
-/** Worker entries that stay on tsx: a data-parallel replica imports the loss module it is told (a .ts). */
-export const TSX_WORKERS = ["shared/model/dataParallelWorker"];
+/**
+ * Modules a worker thread imports by the URL they give of themselves: a data-parallel replica
+ * imports the loss module the trainer names (`defineShardLoss(import.meta.url, …)`). In the
+ * bundle each is an entry of its own and its import.meta.url names that entry, not its .ts.
+ */
+export const SELF_NAMED_ENTRIES = {
+  "trainer-image/trainer/ppoShard": "ppoShard",
+  "trainer-image/sft/nllShard": "nllShard",
+};
 
 /** `new URL("./x.mjs", import.meta.url)`: how the code names a worker's .mjs entry. */
 const WORKER_URL = /new URL\("(\.{1,2}\/[\w./-]+)\.mjs", import\.meta\.url\)/g;
@@ -112,7 +122,7 @@ const CHUNK_URL = "__agentrl_chunk_url__";
  * (package.json, data files) resolve as they do under tsx; a worker's entry is the bundle's, next
  * to every chunk in the output folder.
  */
-function sourceUrls(root, workers) {
+function sourceUrls(root, workers, selfNamed) {
   return {
     name: "agentrl-source-urls",
     setup(build) {
@@ -122,10 +132,12 @@ function sourceUrls(root, workers) {
           const name = workers[key];
           return name ? `new URL("./${name}.js", ${CHUNK_URL})` : call;
         });
+        const ownEntry = selfNamed[relativePath(root, args.path).replace(/\.[cm]?ts$/, "")];
+        const ownUrl = ownEntry
+          ? `new URL("./${ownEntry}.js", ${CHUNK_URL}).href`
+          : JSON.stringify(pathToFileURL(args.path).href);
         return {
-          contents: source
-            .replaceAll("import.meta.url", JSON.stringify(pathToFileURL(args.path).href))
-            .replaceAll(CHUNK_URL, "import.meta.url"),
+          contents: source.replaceAll("import.meta.url", ownUrl).replaceAll(CHUNK_URL, "import.meta.url"),
           loader: "ts",
         };
       });
@@ -133,7 +145,7 @@ function sourceUrls(root, workers) {
   };
 }
 
-async function build(root, entry, workers, cacheDir) {
+async function build(root, entry, workers, selfNamed, cacheDir) {
   const { build: esbuild } = await import("esbuild");
   mkdirSync(cacheDir, { recursive: true });
   const started = Date.now();
@@ -142,7 +154,9 @@ async function build(root, entry, workers, cacheDir) {
     absWorkingDir: root,
     entryPoints: {
       main: join(root, entry),
-      ...Object.fromEntries(Object.entries(workers).map(([path, name]) => [name, join(root, `${path}.ts`)])),
+      ...Object.fromEntries(
+        Object.entries({ ...workers, ...selfNamed }).map(([path, name]) => [name, join(root, `${path}.ts`)]),
+      ),
     },
     outdir: join(cacheDir, dir),
     bundle: true,
@@ -156,7 +170,7 @@ async function build(root, entry, workers, cacheDir) {
     sourcemap: "linked",
     metafile: true,
     logLevel: "silent",
-    plugins: [sourceUrls(root, workers)],
+    plugins: [sourceUrls(root, workers, selfNamed)],
   });
   const finished = Date.now();
   const inputs = {};

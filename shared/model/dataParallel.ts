@@ -641,5 +641,8 @@ async function stopReplica(replica: Replica): Promise<void> {
   clearTimeout(timeout);
 }
 
-/** The replica entry is TypeScript: dataParallelWorker.mjs registers tsx in the thread, then loads it. */
+/**
+ * The replica's entry: under tsx, dataParallelWorker.mjs registers the loader in the thread, then
+ * loads the .ts; the CLI bundle points this at its own entry for it (bin/cliBundle.mjs).
+ */
 const WORKER_ENTRY = new URL("./dataParallelWorker.mjs", import.meta.url);

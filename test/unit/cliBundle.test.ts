@@ -4,20 +4,21 @@ import { join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { describe, expect, it } from "vitest";
 // @ts-expect-error: plain JavaScript (it runs before any TypeScript loader), typed by its JSDoc
-import { cliBundle, TSX_WORKERS, WORKER_ENTRIES } from "../../bin/cliBundle.mjs";
+import { cliBundle, SELF_NAMED_ENTRIES, WORKER_ENTRIES } from "../../bin/cliBundle.mjs";
 import { tempDir } from "../support/tmp.ts";
 
 type Bundle = (options?: {
   root?: string;
   entry?: string;
   workers?: Record<string, string>;
+  selfNamed?: Record<string, string>;
   cacheDir?: string;
   env?: NodeJS.ProcessEnv;
 }) => Promise<string | undefined>;
-/** The small program below has no worker threads unless a test gives it some. */
-const bundle: Bundle = (options) => (cliBundle as Bundle)({ workers: {}, ...options });
+/** The small program below has no worker threads (nor modules they import) unless a test gives it some. */
+const bundle: Bundle = (options) => (cliBundle as Bundle)({ workers: {}, selfNamed: {}, ...options });
 const REPOSITORY_WORKERS = WORKER_ENTRIES as Record<string, string>;
-const WORKERS_ON_TSX = TSX_WORKERS as string[];
+const REPOSITORY_SELF_NAMED = SELF_NAMED_ENTRIES as Record<string, string>;
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 
 const BIN = fileURLToPath(new URL("../../bin/agentrl.mjs", import.meta.url));
@@ -119,14 +120,46 @@ describe("the CLI's bundle (bin/cliBundle.mjs)", () => {
     expect(run(url as string)).toBe(`thread ${pathToFileURL(join(root, "lib/thread.ts")).href}`);
   });
 
-  it("bundles every worker thread entry of the repository (each .mjs that registers tsx) but those kept on tsx", () => {
+  it("gives a module a thread imports by its own URL that of its own entry of the bundle", async () => {
+    const { root, cacheDir } = project();
+    // A data-parallel replica imports the loss module whose URL the trainer sends: under tsx its
+    // .ts; in the bundle it must be a .js entry, or the thread fails on the .ts extension.
+    writeFileSync(join(root, "lib/self.ts"), "export const self: string = import.meta.url;\n");
+    writeFileSync(
+      join(root, "selfish.ts"),
+      [
+        'import { self } from "./lib/self.ts";',
+        "const again = (await import(self)) as { self: string };",
+        'console.log(self.split("/").at(-1), again.self === self);',
+      ].join("\n"),
+    );
+    const url = await bundle({ root, entry: "selfish.ts", selfNamed: { "lib/self": "self" }, cacheDir });
+    expect(url).toBeDefined();
+    expect(run(url as string)).toBe("self.js true");
+  });
+
+  it("bundles every worker thread entry of the repository (each .mjs that registers tsx) and the loss modules replicas import", () => {
     const listed = spawnSync("git", ["ls-files", "*.mjs"], { cwd: ROOT, encoding: "utf8" }).stdout.split("\n");
     const wrappers = listed
       .filter((path) => path !== "" && path !== "bin/agentrl.mjs")
       .filter((path) => readFileSync(join(ROOT, path), "utf8").includes("tsx/esm/api"))
       .map((path) => path.replace(/\.mjs$/, ""));
     expect(wrappers.length).toBeGreaterThanOrEqual(3);
-    expect([...Object.keys(REPOSITORY_WORKERS), ...WORKERS_ON_TSX].sort()).toEqual(wrappers.sort());
+    expect(Object.keys(REPOSITORY_WORKERS).sort()).toEqual(wrappers.sort());
+    // every module made by defineShardLoss (a replica imports it by its own URL) is an entry too
+    const lossModules = spawnSync(
+      "git",
+      ["grep", "-lE", String.raw`^export default defineShardLoss(<.*>)?\(import\.meta\.url`],
+      {
+        cwd: ROOT,
+        encoding: "utf8",
+      },
+    )
+      .stdout.split("\n")
+      .filter((path) => path.endsWith(".ts") && !path.startsWith("test/"))
+      .map((path) => path.replace(/\.ts$/, ""));
+    expect(lossModules.length).toBeGreaterThanOrEqual(2);
+    expect(Object.keys(REPOSITORY_SELF_NAMED).sort()).toEqual(lossModules.sort());
     for (const path of wrappers) expect(readdirSync(join(ROOT, path, ".."))).toContain(`${path.split("/").at(-1)}.ts`);
   });
 
