@@ -1,5 +1,5 @@
 import { readdirSync, readFileSync } from "node:fs";
-import { dirname, join, relative } from "node:path";
+import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 import { OWN_PROCESS } from "../../vitest.config.ts";
@@ -37,7 +37,7 @@ function ownProcess(file: string): boolean {
 }
 
 describe("test files that change process-wide state", () => {
-  const files = ["test", "env-images"].flatMap(testFiles).map((file) => relative(ROOT, join(ROOT, file)));
+  const files = ["test", "env-images"].flatMap(testFiles); // relative to the repository root
 
   it("finds the suite's files, and knows the listed ones from the others", () => {
     expect(files.length).toBeGreaterThan(100);
