@@ -36,7 +36,8 @@ export default defineConfig({
     pool: "forks",
     sequence: { sequencer: LongFirstSequencer },
     poolOptions: { forks: { maxForks: 2, minForks: 1 } },
-    reporters: ["default"],
+    // The watchdog names a test file that runs for minutes, so a run stopped by a time limit says where.
+    reporters: ["default", "./test/support/watchdog.ts"],
     projects: [
       {
         extends: true,
