@@ -14,6 +14,7 @@ import {
   workerIdentity,
 } from "../../env-images/osbench/sandbox.ts";
 import { AGENTBENCH_OS_IMAGES } from "../../shared/agentbench/osImages.ts";
+import { SYNC_TIMEOUT_MS } from "../support/cli.ts";
 import { requireOrSkip } from "./support.ts";
 
 /**
@@ -25,7 +26,7 @@ import { requireOrSkip } from "./support.ts";
 const cli = await detectContainerCli();
 const imageOf = (bin: string): string | undefined =>
   [AGENTBENCH_OS_IMAGES.default, "docker.io/library/node:20-bookworm-slim"].find(
-    (image) => spawnSync(bin, ["image", "inspect", image], { stdio: "ignore" }).status === 0,
+    (image) => spawnSync(bin, ["image", "inspect", image], { stdio: "ignore", timeout: SYNC_TIMEOUT_MS }).status === 0,
   );
 const image = cli ? imageOf(cli) : undefined;
 const ready = requireOrSkip("os-sandbox.test.ts", "OS sandboxes in containers", [
@@ -37,6 +38,7 @@ const text = (bytes: Uint8Array) => Buffer.from(bytes).toString("utf8");
 const containersNamed = (bin: string, name: string) =>
   spawnSync(bin, ["ps", "-a", "--filter", `name=^${name}$`, "--format", "{{.Names}}"], {
     encoding: "utf8",
+    timeout: SYNC_TIMEOUT_MS,
   }).stdout.trim();
 
 describe.skipIf(!ready)("container sandboxes", () => {

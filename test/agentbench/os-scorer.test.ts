@@ -13,6 +13,7 @@ import {
   pyStrip,
   type RunIndependent,
 } from "../../env-images/osbench/scorer.ts";
+import { SYNC_TIMEOUT_MS } from "../support/cli.ts";
 import { agentBenchDataDir } from "./support.ts";
 
 /**
@@ -25,7 +26,7 @@ const enc = (text: string) => new TextEncoder().encode(text);
 /** Runs a script here, as the container would (argv from independentArgv). */
 const runHere: RunIndependent = async (script, params) => {
   const [bin, ...args] = independentArgv(script, params);
-  const result = spawnSync(bin!, args, { encoding: "buffer" });
+  const result = spawnSync(bin!, args, { encoding: "buffer", timeout: SYNC_TIMEOUT_MS });
   return { exitCode: result.status ?? -1, stdout: new Uint8Array(result.stdout) };
 };
 

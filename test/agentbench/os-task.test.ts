@@ -7,7 +7,7 @@ import { ContainerBackend, detectContainerCli, WORKER_ID, WORKER_LABEL } from ".
 import { createOsTask } from "../../env-images/osbench/task.ts";
 import { AGENTBENCH_OS_IMAGES } from "../../shared/agentbench/osImages.ts";
 import { scriptedStats } from "../../shared/env/session.ts";
-import { runProcess } from "../support/cli.ts";
+import { runProcess, SYNC_TIMEOUT_MS } from "../support/cli.ts";
 import { agentBenchDataDir, requireOrSkip } from "./support.ts";
 
 /**
@@ -17,7 +17,8 @@ import { agentBenchDataDir, requireOrSkip } from "./support.ts";
 const cli = await detectContainerCli();
 const imageBuilt =
   cli !== undefined &&
-  spawnSync(cli, ["image", "inspect", AGENTBENCH_OS_IMAGES.default], { stdio: "ignore" }).status === 0;
+  spawnSync(cli, ["image", "inspect", AGENTBENCH_OS_IMAGES.default], { stdio: "ignore", timeout: SYNC_TIMEOUT_MS })
+    .status === 0;
 const ready = requireOrSkip("os-task.test.ts", "os-std episodes in containers", [
   ...(agentBenchDataDir() ? [] : ["no AgentBench data (run `agentrl data fetch agentbench`)"]),
   ...(cli ? [] : ["neither podman nor a Docker daemon (apt-get install podman runc)"]),
@@ -27,6 +28,7 @@ const ready = requireOrSkip("os-task.test.ts", "os-std episodes in containers", 
 const mine = () =>
   spawnSync(cli!, ["ps", "-a", "--filter", `label=${WORKER_LABEL}=${WORKER_ID}`, "--format", "{{.Names}}"], {
     encoding: "utf8",
+    timeout: SYNC_TIMEOUT_MS,
   }).stdout.trim();
 
 describe.skipIf(!ready)("os-std in containers", () => {

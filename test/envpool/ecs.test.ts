@@ -15,6 +15,7 @@ import { buildAgentRlApp } from "../../infra/agentRlApp.ts";
 import { parseConfig } from "../../shared/config/index.ts";
 import { createLogger } from "../../shared/log.ts";
 import { REPOSITORY_ROOT, testApp } from "../infra/synth.ts";
+import { SYNC_TIMEOUT_MS } from "../support/cli.ts";
 import { type MotoServer, startMoto } from "../support/moto.ts";
 
 /**
@@ -42,7 +43,10 @@ ec2.modify_vpc_attribute(VpcId=vpc, EnableDnsHostnames={"Value": True})
 subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.1.0/24")["Subnet"]["SubnetId"]
 group = ec2.create_security_group(GroupName="env-workers", Description="env", VpcId=vpc)["GroupId"]
 print(json.dumps({"subnet": subnet, "group": group}))`;
-  return JSON.parse(execFileSync("python3", ["-c", script], { encoding: "utf8" })) as { subnet: string; group: string };
+  return JSON.parse(execFileSync("python3", ["-c", script], { encoding: "utf8", timeout: SYNC_TIMEOUT_MS })) as {
+    subnet: string;
+    group: string;
+  };
 }
 
 type CfnContainer = {

@@ -19,6 +19,7 @@ import { waitFor } from "../env/helpers.ts";
 import { type Harness, startHarness } from "../gateway/harness.ts";
 import { ScriptedPolicy } from "../policy-server/scripted.ts";
 import { exampleCodec } from "../roles/rolloutHelpers.ts";
+import { SYNC_TIMEOUT_MS } from "../support/cli.ts";
 import { commandMissing, requireOrSkip } from "../support/requirements.ts";
 import { tempDir } from "../support/tmp.ts";
 
@@ -184,7 +185,11 @@ describe.skipIf(!ready)("Prometheus /metrics", () => {
       expect(response.headers.get("content-type")).toMatch(/^text\/plain; version=0\.0\.4/);
       const text = await response.text();
       // promtool exits non-zero on a malformed exposition or a lint problem (naming, units, types)
-      const checked = execFileSync("promtool", ["check", "metrics"], { input: text, encoding: "utf8" });
+      const checked = execFileSync("promtool", ["check", "metrics"], {
+        input: text,
+        encoding: "utf8",
+        timeout: SYNC_TIMEOUT_MS,
+      });
       expect(checked, role).toBe("");
       expect(text, role).toContain(`role="${role}"`);
       expect(text, role).toContain("agentrl_process_cpu_seconds_total");
@@ -221,7 +226,7 @@ describe.skipIf(!ready)("Prometheus /metrics", () => {
       join(dir, "prometheus.yml"),
       `global: { scrape_interval: 1s, scrape_timeout: 1s }\nscrape_configs:\n${jobs.join("\n")}\n`,
     );
-    execFileSync("promtool", ["check", "config", join(dir, "prometheus.yml")]);
+    execFileSync("promtool", ["check", "config", join(dir, "prometheus.yml")], { timeout: SYNC_TIMEOUT_MS });
     const port = await freePort();
     const server = spawn(
       "prometheus",

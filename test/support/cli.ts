@@ -1,6 +1,12 @@
 import { spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
 
+/**
+ * Limit for every synchronous child process a test starts (spawnSync, execFileSync): one that never
+ * ends would block its test worker for good, where no test timeout can fire, and the run with it.
+ */
+export const SYNC_TIMEOUT_MS = 30_000;
+
 /** The repository's CLI entry. */
 export const AGENTRL_BIN = fileURLToPath(new URL("../../bin/agentrl.mjs", import.meta.url));
 

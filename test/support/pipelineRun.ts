@@ -5,7 +5,7 @@ import { type ExperimentConfig, parseConfig } from "../../shared/config/index.ts
 import { parseJsonOrThrow } from "../../shared/errors.ts";
 import { Trajectory } from "../../shared/protocol/messages.ts";
 import type { ObjectStore } from "../../shared/transport/types.ts";
-import { agentrl } from "./cli.ts";
+import { agentrl, SYNC_TIMEOUT_MS } from "./cli.ts";
 
 /**
  * Setup shared by the end-to-end pipeline test and the chaos run (test/e2e, bench/chaos.ts): a
@@ -80,7 +80,7 @@ export function logRecords(runDir: string, role: string): Array<Record<string, u
 
 /** PIDs of this process's own descendants whose command line contains `needle` (other runs may be going on). */
 export function childPids(needle: string): number[] {
-  const processes = execFileSync("ps", ["-eo", "pid=,ppid=,args="], { encoding: "utf8" })
+  const processes = execFileSync("ps", ["-eo", "pid=,ppid=,args="], { encoding: "utf8", timeout: SYNC_TIMEOUT_MS })
     .split("\n")
     .map((line) => line.trim().split(/\s+/))
     .filter((fields) => fields.length >= 3)

@@ -1,5 +1,6 @@
 import { spawnSync } from "node:child_process";
 import { appendFileSync, existsSync } from "node:fs";
+import { SYNC_TIMEOUT_MS } from "./cli.ts";
 
 /**
  * Tests that need a system tool the machine lacks (Chromium, numpy, MariaDB, protoc, podman) skip
@@ -39,13 +40,13 @@ export function chromiumMissing(): Requirement[] {
 
 /** python3 with numpy, for the independent Hugging Face reference forward. */
 export function numpyMissing(): Requirement[] {
-  const probe = spawnSync("python3", ["-c", "import numpy"], { stdio: "ignore" });
+  const probe = spawnSync("python3", ["-c", "import numpy"], { stdio: "ignore", timeout: SYNC_TIMEOUT_MS });
   return probe.status === 0 ? [] : [{ missing: "no python3 numpy", install: "apt-get install -y python3-numpy" }];
 }
 
 /** A command on PATH (`protoc`, ...). */
 export function commandMissing(command: string, install: string): Requirement[] {
-  return spawnSync(command, ["--version"], { stdio: "ignore" }).status === 0
+  return spawnSync(command, ["--version"], { stdio: "ignore", timeout: SYNC_TIMEOUT_MS }).status === 0
     ? []
     : [{ missing: `no ${command}`, install }];
 }

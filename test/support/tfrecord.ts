@@ -4,6 +4,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { expect } from "vitest";
 import { maskedCrc32c } from "../../shared/tracking/crc32c.ts";
+import { SYNC_TIMEOUT_MS } from "./cli.ts";
 
 /** The frames of a TFRecord file, each length and record CRC checked (masked CRC-32C). */
 export function tfRecordFrames(bytes: Uint8Array): Uint8Array[] {
@@ -22,7 +23,7 @@ export function tfRecordFrames(bytes: Uint8Array): Uint8Array[] {
 
 /** One record as Debian's `protoc --decode_raw` prints it: an independent protobuf decoder. */
 export const decodeRaw = (record: Uint8Array): string =>
-  execFileSync("protoc", ["--decode_raw"], { input: record }).toString();
+  execFileSync("protoc", ["--decode_raw"], { input: record, timeout: SYNC_TIMEOUT_MS }).toString();
 
 const FIXTURES = fileURLToPath(new URL("../fixtures", import.meta.url));
 
@@ -34,6 +35,7 @@ const FIXTURES = fileURLToPath(new URL("../fixtures", import.meta.url));
 export const decodeEvent = (record: Uint8Array): string =>
   execFileSync("protoc", [`--proto_path=${FIXTURES}`, "--decode=agentrl.test.Event", "tensorboard_event.proto"], {
     input: record,
+    timeout: SYNC_TIMEOUT_MS,
   }).toString();
 
 /** Every record of every event file in a TensorBoard folder, decoded by protoc as an Event. */

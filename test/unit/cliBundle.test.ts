@@ -5,6 +5,7 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 import { describe, expect, it } from "vitest";
 // @ts-expect-error: plain JavaScript (it runs before any TypeScript loader), typed by its JSDoc
 import { cliBundle, SELF_NAMED_ENTRIES, WORKER_ENTRIES } from "../../bin/cliBundle.mjs";
+import { SYNC_TIMEOUT_MS } from "../support/cli.ts";
 import { tempDir } from "../support/tmp.ts";
 
 type Bundle = (options?: {
@@ -44,6 +45,7 @@ function project(): { root: string; cacheDir: string } {
 function run(url: string): string {
   const result = spawnSync(process.execPath, ["--input-type=module", "-e", `await import(${JSON.stringify(url)});`], {
     encoding: "utf8",
+    timeout: SYNC_TIMEOUT_MS,
   });
   expect(result.stderr).toBe("");
   return result.stdout.trim();
@@ -139,7 +141,11 @@ describe("the CLI's bundle (bin/cliBundle.mjs)", () => {
   });
 
   it("bundles every worker thread entry of the repository (each .mjs that registers tsx) and the loss modules replicas import", () => {
-    const listed = spawnSync("git", ["ls-files", "*.mjs"], { cwd: ROOT, encoding: "utf8" }).stdout.split("\n");
+    const listed = spawnSync("git", ["ls-files", "*.mjs"], {
+      cwd: ROOT,
+      encoding: "utf8",
+      timeout: SYNC_TIMEOUT_MS,
+    }).stdout.split("\n");
     const wrappers = listed
       .filter((path) => path !== "" && path !== "bin/agentrl.mjs")
       .filter((path) => readFileSync(join(ROOT, path), "utf8").includes("tsx/esm/api"))
@@ -150,10 +156,7 @@ describe("the CLI's bundle (bin/cliBundle.mjs)", () => {
     const lossModules = spawnSync(
       "git",
       ["grep", "-lE", String.raw`^export default defineShardLoss(<.*>)?\(import\.meta\.url`],
-      {
-        cwd: ROOT,
-        encoding: "utf8",
-      },
+      { cwd: ROOT, encoding: "utf8", timeout: SYNC_TIMEOUT_MS },
     )
       .stdout.split("\n")
       .filter((path) => path.endsWith(".ts") && !path.startsWith("test/"))
@@ -166,10 +169,11 @@ describe("the CLI's bundle (bin/cliBundle.mjs)", () => {
   it("agentrl runs the same from its bundle and from its sources", () => {
     const env = { ...process.env, AGENTRL_BUNDLE: undefined };
     for (const args of [["--version"], ["config", "validate", "configs/quickstart.yaml"], ["evl"]]) {
-      const bundled = spawnSync(process.execPath, [BIN, ...args], { encoding: "utf8", env });
+      const bundled = spawnSync(process.execPath, [BIN, ...args], { encoding: "utf8", env, timeout: SYNC_TIMEOUT_MS });
       const sources = spawnSync(process.execPath, [BIN, ...args], {
         encoding: "utf8",
         env: { ...env, AGENTRL_BUNDLE: "0" },
+        timeout: SYNC_TIMEOUT_MS,
       });
       expect(bundled.status, args.join(" ")).toBe(sources.status);
       expect(bundled.stdout).toBe(sources.stdout);
