@@ -165,6 +165,16 @@ interface InjectedFaults {
 const CONTROLLER_SECRET = "e2e-controller-secret-0123456789";
 process.env.AGENTRL_CONTROLLER_SECRET = CONTROLLER_SECRET;
 
+/** Sends `name` to each of `pids`, passing over one that has already exited. */
+function signal(pids: readonly number[], name: NodeJS.Signals): void {
+  for (const pid of pids)
+    try {
+      process.kill(pid, name);
+    } catch {
+      // gone already
+    }
+}
+
 async function injectFaults(runDir: string): Promise<InjectedFaults> {
   await waitFor(
     () =>
@@ -201,8 +211,15 @@ async function injectFaults(runDir: string): Promise<InjectedFaults> {
       () => false,
     );
     if (!running) continue;
+    // Frozen first: a stopped worker cannot end its episode, so a db session still listed once it
+    // is stopped is one the kill loses (killing straight after the listing raced the episode's end).
     const workers = childPids("agentrl.mjs env serve db");
-    for (const pid of workers) process.kill(pid, "SIGKILL");
+    signal(workers, "SIGSTOP");
+    if (!(await dbSessionRunning())) {
+      signal(workers, "SIGCONT");
+      continue;
+    }
+    signal(workers, "SIGKILL");
     if (workers.length > 0 && !killed.includes("env-db")) killed.push("env-db");
     await waitFor(
       () => {
