@@ -155,7 +155,13 @@ export async function runFeeder(
       if (!(await step())) break;
       failures = 0;
     } catch (error) {
-      if (!isTransientTransportError(error) || options.signal?.aborted) throw error;
+      if (!isTransientTransportError(error)) throw error;
+      // Asked to stop while a call was failing (a peer as slow as the stop): stopping loses nothing,
+      // the cursor is saved after each send, so this is a stop, not a failure.
+      if (options.signal?.aborted) {
+        log.warn({ err: error }, "a transport call failed while stopping; stopped");
+        break;
+      }
       for (let lastError = error; !options.signal?.aborted; ) {
         failures += 1;
         try {

@@ -200,6 +200,33 @@ describe("runFeeder on the local transport", () => {
     await expect(runFeeder(cfg, transport, { pollMs: 5, maxGroups: 6 })).rejects.toThrow("not a transport error");
   });
 
+  it("stops, not fails, when a transport call fails after it was asked to stop", async () => {
+    const cfg = config();
+    const requests = transport.queue("rollout-requests");
+    const stop = new AbortController();
+    // The stop signal arrives while a send is under way, and that send then fails as a connection
+    // the server did not accept in time does.
+    requests.sendBatch = async () => {
+      stop.abort();
+      throw Object.assign(new Error("socket did not connect within 10000 ms"), { name: "TimeoutError" });
+    };
+    const realQueue = transport.queue.bind(transport);
+    transport.queue = (name) => (name === "rollout-requests" ? requests : realQueue(name));
+    const summary = await runFeeder(cfg, transport, { signal: stop.signal, pollMs: 5 });
+    expect(summary).toMatchObject({ groupsSent: 0, requestsSent: 0 });
+    expect(summary.cursor.nextSeq).toBe(0);
+
+    // Any other error still ends it as a failure, stopping or not.
+    const again = new AbortController();
+    requests.sendBatch = async () => {
+      again.abort();
+      throw new Error("not a transport error");
+    };
+    await expect(runFeeder(cfg, transport, { signal: again.signal, pollMs: 5 })).rejects.toThrow(
+      "not a transport error",
+    );
+  });
+
   it("resumes from its cursor: a restart continues the same deterministic sequence", async () => {
     const cfg = config();
     await runFeeder(cfg, transport, { pollMs: 5, maxGroups: 3 });
