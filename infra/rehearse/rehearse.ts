@@ -432,10 +432,11 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
       stopping.add(definition.key);
       const stopped = await runner.stop(definition, child);
       stops[definition.key] = stopped;
-      // A role that ignored SIGTERM was stuck somewhere: its last words say where.
-      if (stopped.exitCode === null || stopped.exitCode === 137)
+      // A role that ignored SIGTERM was stuck somewhere, one that failed to close threw: its last words say where.
+      const killed = stopped.exitCode === null || stopped.exitCode === 137;
+      if (killed || stopped.exitCode !== 0)
         log(
-          `role ${definition.key} was killed after its ${stopped.limitSeconds} s stop timeout; its last stderr:\n${stderrTails.get(definition.key) ?? "(none)"}`,
+          `role ${definition.key} ${killed ? `was killed after its ${stopped.limitSeconds} s stop timeout` : `exited ${stopped.exitCode} when stopped`}; its last stderr:\n${stderrTails.get(definition.key) ?? "(none)"}`,
         );
       return stopped;
     };
