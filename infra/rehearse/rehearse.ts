@@ -434,7 +434,7 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
       stops[definition.key] = stopped;
       // A role that ignored SIGTERM was stuck somewhere, one that failed to close threw: its last words say where.
       const killed = stopped.exitCode === null || stopped.exitCode === 137;
-      if (killed || stopped.exitCode !== 0)
+      if (stopped.exitCode !== 0)
         log(
           `role ${definition.key} ${killed ? `was killed after its ${stopped.limitSeconds} s stop timeout` : `exited ${stopped.exitCode} when stopped`}; its last stderr:\n${stderrTails.get(definition.key) ?? "(none)"}`,
         );
