@@ -1,5 +1,6 @@
 import { execFileSync } from "node:child_process";
 import type { Reporter, TestCase, TestModule } from "vitest/node";
+import { SYNC_TIMEOUT_MS } from "./cli.ts";
 
 /** Seconds a test file may run before the watchdog names it (and the test it is in). */
 const SLOW_FILE_S = Number(process.env.AGENTRL_WATCHDOG_SLOW_S ?? 300);
@@ -79,7 +80,7 @@ function processTable(): string[] {
   try {
     return execFileSync("ps", ["-eo", "pid,ppid,etimes,time,args", "--sort=start_time"], {
       encoding: "utf8",
-      timeout: 10_000,
+      timeout: SYNC_TIMEOUT_MS,
     })
       .split("\n")
       .filter(Boolean)
