@@ -1,6 +1,5 @@
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { writeFileSync } from "node:fs";
-import { createServer } from "node:net";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { BASE_CHECKPOINT_DIR, importBase } from "../../cli/launch/pipeline.ts";
@@ -13,6 +12,7 @@ import { type RunningWorker, serveTask } from "../../shared/env/worker.ts";
 import { listen, type RunningServer } from "../../shared/http.ts";
 import { createLogger } from "../../shared/log.ts";
 import { ServiceMetrics } from "../../shared/metrics.ts";
+import { freePort } from "../../shared/net.ts";
 import { createTransport } from "../../shared/transport/index.ts";
 import { createPolicyServer, type PolicyServer } from "../../trainer-image/policy-server/app.ts";
 import { waitFor } from "../env/helpers.ts";
@@ -71,14 +71,6 @@ function cliRole(args: string[], env: NodeJS.ProcessEnv): Promise<{ child: Child
       reject(new Error(`agentrl ${args[0]} exited (${code}) before serving /metrics: ${errors}`)),
     );
   });
-}
-
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const { port } = server.address() as { port: number };
-  await new Promise((resolve) => server.close(resolve));
-  return port;
 }
 
 const scrape = (url: string, token: string | null = TOKEN) =>
