@@ -278,8 +278,12 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
     // 5. Every role with its task definition's environment and its own credentials.
     const environmentOf = (definition: TaskRoleDefinition) => resolveEnvironment(definition, importValue);
     let finish: (reason: string) => void = () => {};
+    let settled = false;
     const finished = new Promise<string>((resolve) => {
-      finish = resolve;
+      finish = (reason) => {
+        settled = true;
+        resolve(reason);
+      };
     });
     timeout = setTimeout(
       () => finish(`timed out after ${(options.timeoutMs ?? 300_000) / 1000} s`),
@@ -289,6 +293,7 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
     const listeningUrls = new Map<string, string>();
     await runner.prepare();
     const start = async (definition: TaskRoleDefinition): Promise<void> => {
+      if (settled) return; // the run has failed already: its cause is the report, not what a late role does
       const startedAt = Date.now();
       const child = await runner.start({
         definition,
@@ -298,15 +303,16 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
       });
       running.set(definition, child);
       const tail = () => stderrTails.get(definition.key) ?? "";
+      const denialsIn = byLine((line) => {
+        const denial = parseDenial(line, definition.key);
+        if (denial) {
+          denials.push(denial);
+          finish(describeDenial(denial));
+        }
+      });
       child.stderr?.setEncoding("utf8").on("data", (chunk: string) => {
         stderrTails.set(definition.key, (tail() + chunk).slice(-3000));
-        for (const line of chunk.split("\n")) {
-          const denial = parseDenial(line, definition.key);
-          if (denial) {
-            denials.push(denial);
-            finish(describeDenial(denial));
-          }
-        }
+        denialsIn(chunk);
       });
       const ready = new Promise<void>((resolveReady) => {
         let pending = "";
@@ -333,6 +339,16 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
       await Promise.race([ready, finished]);
     };
     const byRole = (role: string) => definitions.filter((d) => d.role === role);
+    /** Waits until `queue`'s poison message is in its dead-letter queue, or the run has ended. */
+    const deadLettered = async (queue: QueueName): Promise<void> => {
+      if (!consumed.includes(queue)) return;
+      const poison = poisons[queue].body;
+      for (let ended = false; !ended; ) {
+        const letters = await adminQueue(queue).deadLetters(20);
+        if (letters.some((letter) => letter.body === poison)) return;
+        ended = await Promise.race([finished.then(() => true), sleep(500).then(() => false)]);
+      }
+    };
     // In the order the services need each other: the controller, then what registers with it or
     // serves the policy, then the roles that use them.
     for (const definition of byRole("controller")) await start(definition);
@@ -341,15 +357,7 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
     // before any trajectory comes, so a run whose batches fill fast (a gateway group, a loaded
     // host's slow steps) cannot end before its last receive.
     await Promise.all(byRole("trainer").map(start));
-    if (consumed.includes("trajectories")) {
-      const poison = poisons.trajectories.body;
-      const trajectories = adminQueue("trajectories");
-      for (let ended = false; !ended; ) {
-        const letters = await trajectories.deadLetters(20);
-        if (letters.some((letter) => letter.body === poison)) break;
-        ended = await Promise.race([finished.then(() => true), sleep(500).then(() => false)]);
-      }
-    }
+    await deadLettered("trajectories");
     // An agent's session through the gateway (process runner: its URL is on this machine), to its
     // end before the rollouts start: once they fill the staleness bound the gateway answers 429
     // until the trainer consumes, and a trainer that finishes its steps first would leave the
@@ -367,7 +375,12 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
       const outcome = await Promise.race([session, finished]);
       if (outcome) finish(outcome);
     }
-    await Promise.all([...byRole("feeder"), ...byRole("rollout")].map(start));
+    // The rollout worker next, alone: with no request but its poison in the queue it dead-letters
+    // it (or is denied doing so) before the feeder starts, so that does not depend on how its
+    // deliveries interleave with the feeder's requests and the trainer's pace.
+    await Promise.all(byRole("rollout").map(start));
+    await deadLettered("rollout-requests");
+    await Promise.all(byRole("feeder").map(start));
     log(
       `started ${running.size} roles as ${runner.kind === "process" ? "processes" : "containers"} (ready after ${Object.entries(
         readySeconds,
@@ -526,6 +539,19 @@ async function drained(sqs: SQSClient, queueName: string, limitMs: number): Prom
 /** How a failure names a denial, whether it ended the run or was read after the run had ended. */
 export function describeDenial(denial: Denial): string {
   return `role ${denial.role} was denied ${denial.action} on ${denial.resource}`;
+}
+
+/**
+ * A handler for a stream's chunks that calls `onLine` with each whole line: a pipe read may end
+ * inside a line, whose start then waits for the rest (at most `maxLineChars` of it are kept).
+ */
+export function byLine(onLine: (line: string) => void, maxLineChars = 16_000): (chunk: string) => void {
+  let partial = "";
+  return (chunk) => {
+    const lines = (partial + chunk).split("\n");
+    partial = (lines.pop() ?? "").slice(-maxLineChars);
+    for (const line of lines) onLine(line);
+  };
 }
 
 /** A denial line a role wrote (shared/transport: `access-denied` from IAM, `access-violation` from the role-access table). */

@@ -7,7 +7,7 @@
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { mkdtempSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { constants, tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { taskAddress } from "../../cli/commands/container.ts";
@@ -40,7 +40,7 @@ export interface RoleStop {
   readonly seconds: number;
   /** Its task definition's stop timeout: SIGKILL after this many seconds. */
   readonly limitSeconds: number;
-  /** Exit code; 137 or null when it was killed after its stop timeout. */
+  /** Exit code, 128 + the signal number when a signal ended it: 137 when killed after its stop timeout; null when it has not exited. */
   readonly exitCode: number | null;
 }
 
@@ -61,6 +61,12 @@ export interface RoleRunner {
   readonly network?: string;
   /** Removes whatever is left (containers, network); errors ignored. */
   cleanup(): Promise<void>;
+}
+
+/** A child's exit code as a shell or ECS reports it: 128 + the signal's number when a signal ended it. */
+export function exitCodeOf(child: Pick<ChildProcess, "exitCode" | "signalCode">): number | null {
+  if (child.exitCode !== null) return child.exitCode;
+  return child.signalCode ? 128 + (constants.signals[child.signalCode] ?? 0) : null;
 }
 
 function waitForExit(child: ChildProcess, limitMs: number): Promise<boolean> {
@@ -142,7 +148,7 @@ export function processRunner(): RoleRunner {
       return {
         seconds: (Date.now() - started) / 1000,
         limitSeconds: definition.stopTimeoutSeconds,
-        exitCode: child.exitCode,
+        exitCode: exitCodeOf(child),
       };
     },
     async cleanup() {},

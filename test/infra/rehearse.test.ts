@@ -11,11 +11,17 @@ process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= "true";
 
 describe("deploy rehearsal under enforced IAM", () => {
   let templates: RehearsalTemplates;
+  /** The rehearsal's log, shown by a failing assertion (what each role did, why one stopped). */
+  const logged = (): { log: (line: string) => void; text: () => string } => {
+    const lines: string[] = [];
+    return { log: (line) => lines.push(line), text: () => lines.join("\n") };
+  };
 
   it("runs every role with its own task role's permissions until the trainer publishes v1 and v2", async () => {
     templates = synthesizeForRehearsal();
-    const result = await rehearse({ templates, log: () => {} });
-    expect(result.failure).toBe("");
+    const run = logged();
+    const result = await rehearse({ templates, log: run.log });
+    expect(result.failure, run.text()).toBe("");
     expect(result.denials).toEqual([]);
     expect(result.versions).toEqual([0, 1, 2]);
     // Each consumer failed its poison message to the queue's DLQ with the reason, after
@@ -43,13 +49,17 @@ describe("deploy rehearsal under enforced IAM", () => {
   }, 400_000);
 
   it("fails naming role, action and resource when one needed grant is removed", async () => {
+    const run = logged();
     const result = await rehearse({
       templates: templates ?? synthesizeForRehearsal(),
       dropGrant: { roleKey: "feeder", action: "s3:PutObject", resource: /\/feeder\/\*$/ },
-      log: () => {},
+      log: run.log,
     });
     expect(result.passed).toBe(false);
-    expect(result.denials[0]).toMatchObject({ role: "feeder", action: "s3:PutObject" });
+    expect(result.denials[0], `${result.failure}\n${run.text()}`).toMatchObject({
+      role: "feeder",
+      action: "s3:PutObject",
+    });
     expect(result.denials[0]?.resource).toMatch(
       /^arn:aws:s3:::agentrlstores-storestrajectories[a-z0-9-]+\/feeder\/rehearsal\/cursor\.json$/,
     );
@@ -57,13 +67,14 @@ describe("deploy rehearsal under enforced IAM", () => {
   }, 400_000);
 
   it("fails naming the dead-letter queue when a consumer may not dead-letter its poison message", async () => {
+    const run = logged();
     const result = await rehearse({
       templates: templates ?? synthesizeForRehearsal(),
       dropGrant: { roleKey: "rollout", action: "sqs:SendMessage", resource: /-rollout-requests-dlq$/ },
-      log: () => {},
+      log: run.log,
     });
     expect(result.passed).toBe(false);
-    expect(result.denials[0]).toEqual({
+    expect(result.denials[0], `${result.failure}\n${run.text()}`).toEqual({
       role: "rollout",
       action: "sqs:SendMessage",
       resource: "arn:aws:sqs:us-east-1:123456789012:rehearsal-rollout-requests-dlq",
