@@ -14,7 +14,14 @@ import { RolloutRequest, TrajectoryReady } from "../shared/protocol/messages.ts"
 import { seededRandom } from "../shared/rl/random.ts";
 import { sleep } from "../shared/sleep.ts";
 import { LocalObjectStore, LocalTransport } from "../shared/transport/local.ts";
-import { childPids, logRecords, storedTrajectories, TINY_MODEL, tinyConfig } from "../test/support/pipelineRun.ts";
+import {
+  childPids,
+  logRecords,
+  signalPids,
+  storedTrajectories,
+  TINY_MODEL,
+  tinyConfig,
+} from "../test/support/pipelineRun.ts";
 import { readLedger } from "../trainer-image/trainer/ledger.ts";
 
 /**
@@ -318,14 +325,7 @@ async function killMidPublish(runDir: string, done: () => boolean): Promise<Kill
   let pids: number[] = [];
   let lookedUp = 0;
   let racesLost = 0;
-  const signal = (name: NodeJS.Signals) => {
-    for (const pid of pids)
-      try {
-        process.kill(pid, name);
-      } catch {
-        // gone already (a restart in between)
-      }
-  };
+  const signal = (name: NodeJS.Signals) => signalPids(pids, name);
   const alive = (pid: number) => {
     try {
       process.kill(pid, 0);

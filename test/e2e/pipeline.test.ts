@@ -14,6 +14,7 @@ import {
   buildTinyBase,
   childPids,
   logRecords,
+  signalPids,
   storedTrajectories,
   tinyConfig as tinyTrainingConfig,
 } from "../support/pipelineRun.ts";
@@ -165,16 +166,6 @@ interface InjectedFaults {
 const CONTROLLER_SECRET = "e2e-controller-secret-0123456789";
 process.env.AGENTRL_CONTROLLER_SECRET = CONTROLLER_SECRET;
 
-/** Sends `name` to each of `pids`, passing over one that has already exited. */
-function signal(pids: readonly number[], name: NodeJS.Signals): void {
-  for (const pid of pids)
-    try {
-      process.kill(pid, name);
-    } catch {
-      // gone already
-    }
-}
-
 async function injectFaults(runDir: string): Promise<InjectedFaults> {
   await waitFor(
     () =>
@@ -214,12 +205,12 @@ async function injectFaults(runDir: string): Promise<InjectedFaults> {
     // Frozen first: a stopped worker cannot end its episode, so a db session still listed once it
     // is stopped is one the kill loses (killing straight after the listing raced the episode's end).
     const workers = childPids("agentrl.mjs env serve db");
-    signal(workers, "SIGSTOP");
+    signalPids(workers, "SIGSTOP");
     if (!(await dbSessionRunning())) {
-      signal(workers, "SIGCONT");
+      signalPids(workers, "SIGCONT");
       continue;
     }
-    signal(workers, "SIGKILL");
+    signalPids(workers, "SIGKILL");
     if (workers.length > 0 && !killed.includes("env-db")) killed.push("env-db");
     await waitFor(
       () => {

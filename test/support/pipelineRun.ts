@@ -78,6 +78,16 @@ export function logRecords(runDir: string, role: string): Array<Record<string, u
     });
 }
 
+/** Sends `name` to each of `pids`, passing over one that has already exited (a restart in between). */
+export function signalPids(pids: readonly number[], name: NodeJS.Signals): void {
+  for (const pid of pids)
+    try {
+      process.kill(pid, name);
+    } catch {
+      // gone already
+    }
+}
+
 /** PIDs of this process's own descendants whose command line contains `needle` (other runs may be going on). */
 export function childPids(needle: string): number[] {
   const processes = execFileSync("ps", ["-eo", "pid=,ppid=,args="], { encoding: "utf8", timeout: SYNC_TIMEOUT_MS })
