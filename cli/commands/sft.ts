@@ -21,6 +21,7 @@ interface SftCliOptions {
   answerCrops: number;
   questionVariants: number;
   questionNumbers: boolean;
+  idVariants: number;
   blindShare: number;
   proseShare: number;
   dataParallel: number;
@@ -82,6 +83,12 @@ export function register(program: Command): void {
         "--question-numbers",
         "the question variants also redraw the question's numbers of two or more digits that the actions spell (the value an update sets)",
         false,
+      )
+      .option(
+        "--id-variants <n>",
+        "extra copies of each trace with the identifiers its actions copy off a page (a webshop product id) redrawn throughout (teaches copying from the page)",
+        intOption("--id-variants", 0),
+        0,
       )
       .option(
         "--blind-share <p>",
@@ -175,6 +182,7 @@ export function register(program: Command): void {
         answerCrops: options.answerCrops,
         questionVariants: options.questionVariants,
         questionNumbers: options.questionNumbers,
+        identifierVariants: options.idVariants,
         blindShare: options.blindShare,
         proseShare: options.proseShare,
         dataParallel: options.dataParallel,
@@ -194,6 +202,7 @@ export function register(program: Command): void {
           traces: result.traces,
           variants: result.variants,
           questionVariants: result.questionVariants,
+          identifierVariants: result.identifierVariants,
           blind: result.blind,
           prose: result.prose,
         })}\n`,

@@ -215,6 +215,28 @@ describe("sft warm-up", () => {
     expect((await run("example-renamed", 5, { steps: 1, questionVariants: 2 })).questionVariants).toBe(0);
   });
 
+  it("trains on identifier-redrawn variants of the traces whose clicks copy a product id off a page", async () => {
+    const [db, webshop] = await Promise.all([loadTaskModule("db"), loadTaskModule("webshop")]);
+    // webshop's pages need a longer context than this file's model has
+    const long = parseConfig({
+      policy: { backend: "wasm", model: { ...config.policy.model, contextLength: 4096 } },
+      rollout: { maxTotalTokens: 4096, maxTokensPerTurn: 64 },
+    });
+    const base = { config: long, tasks: [db, webshop], episodesPerTask: 3, steps: 1 };
+    const plain = await run("ids-plain", 5, base);
+    const redrawn = await run("ids-redrawn", 5, { ...base, identifierVariants: 2 });
+    // Every webshop expert clicks a product by its id; no db action copies an identifier.
+    const kept = (task: string) => redrawn.traces.find((t) => t.task === task)?.kept ?? 0;
+    expect(kept("webshop")).toBeGreaterThan(0);
+    expect(kept("db")).toBeGreaterThan(0);
+    expect(redrawn.identifierVariants).toBe(2 * kept("webshop"));
+    expect(plain.identifierVariants).toBe(0);
+    expect(redrawn.traces).toEqual(plain.traces);
+    expect(redrawn.losses).not.toEqual(plain.losses);
+    const recipe = JSON.parse((await new LocalObjectStore(join(dir, "ids-redrawn")).getText("sft/v0.json")) ?? "{}");
+    expect(recipe).toMatchObject({ identifierVariantsPerTrace: 2, identifierVariants: 2 * kept("webshop") });
+  });
+
   it("makes a blind trace: the opening messages, then the expert's final turn with no tool call before it", async () => {
     const { traces } = await collectExpertTraces([example], 3, 11);
     const messages = traces[0]?.messages ?? [];

@@ -25,6 +25,7 @@ import {
   syllablesOf,
   type WordResample,
 } from "./answer-variants.ts";
+import { copiedIdentifiers, identifierVariant, sharedPrefix } from "./id-variants.ts";
 import nllShardLoss, { type NllInput } from "./nllShard.ts";
 import { frameWordsByTask, questionVariant, questionWordsInActions, type RenameOptions } from "./question-variants.ts";
 
@@ -87,6 +88,12 @@ export interface SftOptions {
    */
   readonly questionNumbers?: boolean;
   /**
+   * Extra copies of each trace whose actions copy an identifier off an earlier page (a webshop
+   * product id), with those identifiers redrawn throughout (see id-variants.ts), so the click can
+   * only copy them. @default 0
+   */
+  readonly identifierVariants?: number;
+  /**
    * Extra short sequences per step, each the last 128 tokens of a trace (or variant) with a
    * copied answer, with the loss on the answer turn only: many copy examples per step for little
    * compute, where a whole trace holds one. @default 0
@@ -143,6 +150,8 @@ export interface SftResult {
   readonly variants: number;
   /** Question-renamed variants trained on beside the traces (`questionVariants`). */
   readonly questionVariants: number;
+  /** Identifier-redrawn variants trained on beside the traces (`identifierVariants`). */
+  readonly identifierVariants: number;
   /** Traces replaced by their blind version (`blindShare`). */
   readonly blind: number;
   /** Traces replaced by their prose version (`proseShare`). */
@@ -238,10 +247,12 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
   const renamed = questionVariants(traces, options.questionVariants ?? 0, seed, {
     numbers: options.questionNumbers ?? false,
   });
+  const redrawn = identifierVariants(traces, options.identifierVariants ?? 0, seed);
   const isOriginal = new Set<ExpertTrace>(traces);
   if (variants.length > 0) log.info({ variants: variants.length }, "answer-resampled variants added");
   if (renamed.length > 0) log.info({ variants: renamed.length }, "question-renamed variants added");
-  const encoded = [...traces, ...variants, ...renamed].map((trace) => ({
+  if (redrawn.length > 0) log.info({ variants: redrawn.length }, "identifier-redrawn variants added");
+  const encoded = [...traces, ...variants, ...renamed, ...redrawn].map((trace) => ({
     trace,
     ...codec.encodeConversation(trace.messages, trace.tools),
   }));
@@ -358,10 +369,12 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
           answerResample: options.answerResample ?? "pool",
           questionVariantsPerTrace: options.questionVariants ?? 0,
           questionNumbers: options.questionNumbers ?? false,
+          identifierVariantsPerTrace: options.identifierVariants ?? 0,
           answerCrops,
           dataParallel: options.dataParallel ?? 1,
           variants: variants.length,
           questionVariants: renamed.length,
+          identifierVariants: redrawn.length,
           blindShare,
           blind,
           proseShare,
@@ -379,6 +392,7 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
       traces: traceStats,
       variants: variants.length,
       questionVariants: renamed.length,
+      identifierVariants: redrawn.length,
       blind,
       prose,
       losses,
@@ -474,6 +488,20 @@ function questionVariants(
       rename,
     ),
   );
+}
+
+/**
+ * `count` identifier-redrawn copies of each trace whose actions copy an identifier off a page,
+ * drawn from `seed`; each task keeps the prefix all its copied identifiers share.
+ */
+function identifierVariants(traces: readonly ExpertTrace[], count: number, seed: number): ExpertTrace[] {
+  if (count === 0) return [];
+  const random = seededRandomFrom(seed, "identifier-variants");
+  const copied = new Map<string, string[]>();
+  for (const trace of traces)
+    copied.set(trace.task, [...(copied.get(trace.task) ?? []), ...copiedIdentifiers(trace.messages)]);
+  const prefixes = new Map([...copied].map(([task, ids]) => [task, sharedPrefix(ids)]));
+  return copiesOf(traces, count, (trace) => identifierVariant(trace.messages, prefixes.get(trace.task) ?? "", random));
 }
 
 /** `count` tries of `variant` per trace, in trace order; the tries that made a variant. */
