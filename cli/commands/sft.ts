@@ -22,6 +22,7 @@ interface SftCliOptions {
   questionVariants: number;
   questionNumbers: boolean;
   idVariants: number;
+  idCrops: number;
   blindShare: number;
   proseShare: number;
   dataParallel: number;
@@ -88,6 +89,12 @@ export function register(program: Command): void {
         "--id-variants <n>",
         "extra copies of each trace with the identifiers its actions copy off a page (a webshop product id) redrawn throughout (teaches copying from the page)",
         intOption("--id-variants", 0),
+        0,
+      )
+      .option(
+        "--id-crops <n>",
+        "extra sequences per step: the 256 tokens ending with an identifier an action copies off a page (a clicked product id), loss on the identifier only",
+        intOption("--id-crops", 0),
         0,
       )
       .option(
@@ -183,6 +190,7 @@ export function register(program: Command): void {
         questionVariants: options.questionVariants,
         questionNumbers: options.questionNumbers,
         identifierVariants: options.idVariants,
+        identifierCrops: options.idCrops,
         blindShare: options.blindShare,
         proseShare: options.proseShare,
         dataParallel: options.dataParallel,

@@ -235,6 +235,14 @@ describe("sft warm-up", () => {
     expect(redrawn.losses).not.toEqual(plain.losses);
     const recipe = JSON.parse((await new LocalObjectStore(join(dir, "ids-redrawn")).getText("sft/v0.json")) ?? "{}");
     expect(recipe).toMatchObject({ identifierVariantsPerTrace: 2, identifierVariants: 2 * kept("webshop") });
+    // Crops that end at each clicked id, the loss on the id alone: more rows per step, other losses.
+    const cropped = await run("ids-cropped", 5, { ...base, identifierVariants: 2, identifierCrops: 4 });
+    expect(cropped.losses).not.toEqual(redrawn.losses);
+    const croppedRecipe = JSON.parse(
+      (await new LocalObjectStore(join(dir, "ids-cropped")).getText("sft/v0.json")) ?? "{}",
+    );
+    expect(croppedRecipe).toMatchObject({ identifierCrops: 4 });
+    expect(recipe).toMatchObject({ identifierCrops: 0 });
   });
 
   it("makes a blind trace: the opening messages, then the expert's final turn with no tool call before it", async () => {

@@ -4,7 +4,12 @@ import { createWebShopTask } from "../../env-images/webshop/task.ts";
 import { runScripted } from "../../shared/env/session.ts";
 import type { ChatMessage } from "../../shared/protocol/openai.ts";
 import { seededRandom } from "../../shared/rl/random.ts";
-import { copiedIdentifiers, identifierVariant, sharedPrefix } from "../../trainer-image/sft/id-variants.ts";
+import {
+  copiedIdentifiers,
+  identifierSpans,
+  identifierVariant,
+  sharedPrefix,
+} from "../../trainer-image/sft/id-variants.ts";
 
 const click = (element: string, id = "call_0") => ({
   id,
@@ -85,6 +90,23 @@ describe("identifier-redrawn variants", () => {
     const variant = identifierVariant(episode(), "XY", seededRandom(5));
     const id = copiedIdentifiers(variant ?? [])[0] ?? "";
     expect(id).toMatch(/^[A-Z][0-9][A-Z]{2}[0-9]{2}[A-Z][0-9][A-Z]{2}$/);
+  });
+
+  it("finds the spans of assistant tokens that spell an identifier, either spelling, once each", () => {
+    const tokens = [5, 1, 2, 3, 9, 7, 1, 2, 3, 4, 1, 2, 3];
+    const mask = [0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1];
+    // [1, 2, 3] at 1 lies outside the assistant's tokens; [9, 7] and [1, 2, 3] are two spellings
+    expect(
+      identifierSpans(tokens, mask, [
+        [1, 2, 3],
+        [9, 7],
+      ]),
+    ).toEqual([
+      [4, 6],
+      [6, 9],
+      [10, 13],
+    ]);
+    expect(identifierSpans(tokens, mask, [[]])).toEqual([]);
   });
 
   it("redraws the product ids of a real webshop expert episode, pages and clicks alike", async () => {

@@ -107,3 +107,25 @@ export function identifierVariant(
     }
   });
 }
+
+/**
+ * Where the assistant (loss-masked) tokens spell one of `ids` (each given as its token ids,
+ * spelled with and without a leading space by the caller): [start, end) spans in token order,
+ * for crops that end at a copied identifier.
+ */
+export function identifierSpans(
+  tokens: readonly number[],
+  lossMask: ArrayLike<number>,
+  ids: readonly (readonly number[])[],
+): Array<readonly [number, number]> {
+  const spans: Array<readonly [number, number]> = [];
+  for (let i = 0; i < tokens.length; i++)
+    for (const id of ids) {
+      if (id.length === 0 || i + id.length > tokens.length) continue;
+      if (id.every((token, k) => tokens[i + k] === token && lossMask[i + k] === 1)) {
+        spans.push([i, i + id.length]);
+        break;
+      }
+    }
+  return spans;
+}

@@ -25,7 +25,7 @@ import {
   syllablesOf,
   type WordResample,
 } from "./answer-variants.ts";
-import { copiedIdentifiers, identifierVariant, sharedPrefix } from "./id-variants.ts";
+import { copiedIdentifiers, identifierSpans, identifierVariant, sharedPrefix } from "./id-variants.ts";
 import nllShardLoss, { type NllInput } from "./nllShard.ts";
 import { frameWordsByTask, questionVariant, questionWordsInActions, type RenameOptions } from "./question-variants.ts";
 
@@ -42,6 +42,8 @@ import { frameWordsByTask, questionVariant, questionWordsInActions, type RenameO
 const LOSS_SAMPLE = 64;
 /** Length of an answer crop (`answerCrops`): enough for the last observation and the answer turn. */
 const CROP_TOKENS = 128;
+/** Length of an identifier crop (`identifierCrops`): a results page of webshop and the click after it. */
+const ID_CROP_TOKENS = 256;
 
 export class SftError extends AgentRlError {
   override readonly name = "SftError";
@@ -93,6 +95,12 @@ export interface SftOptions {
    * only copy them. @default 0
    */
   readonly identifierVariants?: number;
+  /**
+   * Extra short sequences per step, each the 256 tokens that end with an identifier an action
+   * copies off a page (a clicked product id), the loss on that identifier's tokens only: many
+   * copies of a random id per step, where a whole trace holds one or two. @default 0
+   */
+  readonly identifierCrops?: number;
   /**
    * Extra short sequences per step, each the last 128 tokens of a trace (or variant) with a
    * copied answer, with the loss on the answer turn only: many copy examples per step for little
@@ -295,6 +303,9 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
     ];
   });
   const answerCrops = crops.length === 0 ? 0 : (options.answerCrops ?? 0);
+  const idCrops = (options.identifierCrops ?? 0) === 0 ? [] : identifierCropsOf(fitting, codec);
+  const identifierCrops = idCrops.length === 0 ? 0 : (options.identifierCrops ?? 0);
+  if (idCrops.length > 0) log.info({ crops: idCrops.length }, "identifier crops found");
   const policy: TransformerPolicy = start?.policy ?? createPolicy(model, seed, { optimizer });
   const finalLearningRate = options.finalLearningRate ?? options.learningRate;
   let parallel: DataParallelTrainer<NllInput, Record<string, never>> | undefined;
@@ -322,7 +333,10 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
         Math.floor(random() * sequences.length),
       );
       // Crops go last: micro-batches are consecutive, so the short ones are not padded to a full trace.
-      const cropRows = Array.from({ length: answerCrops }, () => crops[Math.floor(random() * crops.length)]!);
+      const cropRows = [
+        ...Array.from({ length: answerCrops }, () => crops[Math.floor(random() * crops.length)]!),
+        ...Array.from({ length: identifierCrops }, () => idCrops[Math.floor(random() * idCrops.length)]!),
+      ];
       const batch = [...rows.map((r) => sequences[r] as Int32Array), ...cropRows.map((c) => c.tokens)];
       const batchWeights = [...rows.map((r) => trainWeights[r] as Float32Array), ...cropRows.map((c) => c.weights)];
       const totalWeight = batchWeights.reduce((sum, m) => sum + m.reduce((a, b) => a + b, 0), 0);
@@ -371,6 +385,7 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
           questionNumbers: options.questionNumbers ?? false,
           identifierVariantsPerTrace: options.identifierVariants ?? 0,
           answerCrops,
+          identifierCrops,
           dataParallel: options.dataParallel ?? 1,
           variants: variants.length,
           questionVariants: renamed.length,
@@ -488,6 +503,22 @@ function questionVariants(
       rename,
     ),
   );
+}
+
+/** Every span of a fitting trace's actions that copies an identifier, as a crop ending there with weight on it alone. */
+function identifierCropsOf(
+  fitting: readonly { trace: ExpertTrace; tokens: readonly number[]; lossMask: readonly number[] }[],
+  codec: ChatCodec,
+): { tokens: Int32Array; weights: Float32Array }[] {
+  return fitting.flatMap(({ trace, tokens, lossMask }) => {
+    const ids = copiedIdentifiers(trace.messages).flatMap((id) => [codec.encode(id), codec.encode(` ${id}`)]);
+    return identifierSpans(tokens, lossMask, ids).map(([start, end]) => {
+      const from = Math.max(0, end - ID_CROP_TOKENS);
+      const weights = new Float32Array(end - from);
+      weights.fill(1, start - from, end - from);
+      return { tokens: Int32Array.from(tokens.slice(from, end)), weights };
+    });
+  });
 }
 
 /**
