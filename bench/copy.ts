@@ -17,7 +17,13 @@
  *
  *   npm run bench:copy -- <checkpoint folder> [<folder> ...] [--n N] [--episodes E] [--json]
  *
- * `--n 0` skips the evaluation (`npm run bench:answer-loss` is that, the losses alone).
+ * `--n 0` skips the evaluation (`npm run bench:answer-loss` is that, the losses alone). `--ids`
+ * adds a second table: webshop's clicked product ids (identifiers an action copies off the page
+ * before it, id-variants.ts), their loss per token and by position within the id, where a model
+ * that guesses pays the log of the id alphabet (34 characters: ln 34 = 3.53 nats) on every
+ * character after the shared `B0` and one that copies pays little after the first.
+ *
+ *   npm run bench:copy -- <checkpoint folder> [...] --n 0 --ids
  */
 import { existsSync, readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
@@ -42,6 +48,7 @@ import { seededRandomFrom } from "../shared/rl/random.ts";
 import { LocalObjectStore } from "../shared/transport/local.ts";
 import { servePolicy } from "../trainer-image/policy-server/serve.ts";
 import { type Syllables, syllablesOf } from "../trainer-image/sft/answer-variants.ts";
+import { copiedIdentifiers, identifierSpans } from "../trainer-image/sft/id-variants.ts";
 import { frameWordsByTask, questionVariant, questionWordsInActions } from "../trainer-image/sft/question-variants.ts";
 import { collectExpertTraces, type ExpertTrace } from "../trainer-image/sft/sft.ts";
 
@@ -61,11 +68,12 @@ export const CopyArgs = z.object({
   n: z.number().int().min(0).max(10_000, "must be at most 10000 (the first N test instances per task)"),
   episodes: z.number().int().min(1, "must be at least 1").max(10_000, "must be at most 10000"),
   json: z.boolean(),
+  ids: z.boolean(),
 });
 export type CopyArgs = z.infer<typeof CopyArgs>;
 
 const USAGE =
-  "usage: npm run bench:copy -- <checkpoint folder> [<folder> ...] [--n N (test instances per task, 0 skips the evaluation; default 100)] [--episodes E (expert episodes per task; default 40)] [--json]";
+  "usage: npm run bench:copy -- <checkpoint folder> [<folder> ...] [--n N (test instances per task, 0 skips the evaluation; default 100)] [--episodes E (expert episodes per task; default 40)] [--ids (webshop's clicked ids too)] [--json]";
 
 /** A command line the probe cannot run, with what was wrong and what is allowed. */
 export class CopyArgsError extends Error {
@@ -91,6 +99,7 @@ export async function parseCopyArgs(argv: readonly string[]): Promise<CopyArgs> 
     n: integer("--n", parsed.values.n, 100),
     episodes: integer("--episodes", parsed.values.episodes, 40),
     json: parsed.values.json ?? false,
+    ids: parsed.values.ids ?? false,
   });
   if (!result.success) {
     const issue = result.error.issues[0];
@@ -112,7 +121,12 @@ function parseRaw(argv: readonly string[]) {
     args: [...argv],
     allowPositionals: true,
     strict: true,
-    options: { n: { type: "string" }, episodes: { type: "string" }, json: { type: "boolean" } },
+    options: {
+      n: { type: "string" },
+      episodes: { type: "string" },
+      json: { type: "boolean" },
+      ids: { type: "boolean" },
+    },
   });
 }
 
@@ -215,6 +229,100 @@ export function questionWordPositions(
     }
   }
   return found;
+}
+
+/** Loss on copied-identifier tokens: in all, the share with p > 0.5, and by position within the identifier. */
+export interface IdentifierLoss {
+  readonly tokens: number;
+  readonly loss: number;
+  readonly confidentShare: number;
+  /** Mean loss of the identifiers' k-th token (k = 0, 1, …), with how many identifiers had one. */
+  readonly byPosition: ReadonlyArray<{ readonly tokens: number; readonly loss: number }>;
+}
+
+/** Sums the per-token losses (`-logp`) over the identifier spans ([start, end) token ranges). */
+export function identifierLoss(
+  logps: ReadonlyArray<ArrayLike<number>>,
+  spans: ReadonlyArray<ReadonlyArray<readonly [number, number]>>,
+): IdentifierLoss {
+  let nll = 0;
+  let count = 0;
+  let confident = 0;
+  const positions: { nll: number; count: number }[] = [];
+  spans.forEach((traceSpans, row) => {
+    const logp = logps[row] as ArrayLike<number>;
+    for (const [start, end] of traceSpans)
+      for (let i = start; i < end; i++) {
+        const loss = -(logp[i] as number);
+        nll += loss;
+        count += 1;
+        if (loss < Math.LN2) confident += 1;
+        positions[i - start] ??= { nll: 0, count: 0 };
+        const at = positions[i - start] as { nll: number; count: number };
+        at.nll += loss;
+        at.count += 1;
+      }
+  });
+  return {
+    tokens: count,
+    loss: nll / Math.max(1, count),
+    confidentShare: confident / Math.max(1, count),
+    byPosition: positions.map((p) => ({ tokens: p.count, loss: p.nll / p.count })),
+  };
+}
+
+/** The clicked-id loss of a checkpoint on seeded webshop expert episodes that fit its context. */
+export async function probeIdentifiers(folder: string, episodes: number): Promise<IdentifierLoss> {
+  const { policy, tokenizerJson, config } = await loadCheckpoint(new LocalObjectStore(folder), "newest");
+  const codec = ChatCodec.fromTokenizerJson(JSON.parse(tokenizerJson));
+  try {
+    const { traces } = await collectExpertTraces([await loadTaskModule("webshop")], episodes, SEED);
+    const logps: Float32Array[] = [];
+    const spans: Array<ReadonlyArray<readonly [number, number]>> = [];
+    for (const trace of traces) {
+      const { tokens, lossMask } = codec.encodeConversation(trace.messages, trace.tools);
+      if (tokens.length > config.contextLength) continue;
+      const ids = copiedIdentifiers(trace.messages).flatMap((id) => [codec.encode(id), codec.encode(` ${id}`)]);
+      logps.push(policy.logProbs([Int32Array.from(tokens)], 1)[0] as Float32Array);
+      spans.push(identifierSpans(tokens, lossMask, ids));
+    }
+    return identifierLoss(logps, spans);
+  } finally {
+    policy.dispose();
+  }
+}
+
+/** The clicked-id probes side by side: one row per checkpoint. */
+export function identifierTable(
+  probes: ReadonlyArray<{ folder: string; version: number; ids: IdentifierLoss }>,
+  episodes: number,
+): string {
+  const positions = Math.max(0, ...probes.map((p) => p.ids.byPosition.length));
+  const head = [
+    "checkpoint",
+    "id tokens",
+    "loss",
+    "p > 0.5",
+    ...Array.from({ length: positions }, (_, k) => `token ${k + 1}`),
+  ];
+  const rows = probes.map((p) => [
+    `${p.folder} (v${p.version})`,
+    String(p.ids.tokens),
+    p.ids.loss.toFixed(3),
+    p.ids.confidentShare.toFixed(2),
+    ...Array.from({ length: positions }, (_, k) => p.ids.byPosition[k]?.loss.toFixed(2) ?? "–"),
+  ]);
+  const caption =
+    `Clicked ids: loss per token (nats) on the product ids webshop's expert clicks, copied off the page before ` +
+    `each click, ${episodes} seeded train-split episodes (seed ${SEED}), and by token within the id; a guess ` +
+    `over the id's 34 characters costs ln 34 = ${Math.log(34).toFixed(2)} per character.`;
+  return [
+    caption,
+    "",
+    `| ${head.join(" | ")} |`,
+    `|${head.map(() => "---").join("|")}|`,
+    ...rows.map((r) => `| ${r.join(" | ")} |`),
+  ].join("\n");
 }
 
 export function verdictOf(valueLoss: number, otherLoss: number): "copies" | "guesses" {
@@ -485,9 +593,18 @@ async function main(): Promise<void> {
   const probes: CheckpointProbe[] = [];
   for (const folder of args.folders) probes.push(await probeCheckpoint(folder, args));
   process.stdout.write(`${copyTable(probes, args)}\n`);
+  const ids = [];
+  if (args.ids)
+    for (const probe of probes)
+      ids.push({
+        folder: probe.folder,
+        version: probe.version,
+        ids: await probeIdentifiers(probe.folder, args.episodes),
+      });
+  if (args.ids) process.stdout.write(`\n${identifierTable(ids, args.episodes)}\n`);
   if (args.json)
     process.stdout.write(
-      `${JSON.stringify({ bench: "copy", n: args.n, episodes: args.episodes, seed: SEED, checkpoints: probes })}\n`,
+      `${JSON.stringify({ bench: "copy", n: args.n, episodes: args.episodes, seed: SEED, checkpoints: probes, ...(args.ids ? { identifiers: ids } : {}) })}\n`,
     );
 }
 

@@ -7,6 +7,8 @@ import {
   COPY_RATIO,
   CopyArgsError,
   committedValue,
+  identifierLoss,
+  identifierTable,
   parseCopyArgs,
   questionWordPositions,
   questionWords,
@@ -61,6 +63,41 @@ describe("bench:copy", () => {
     expect([...found].sort((a, b) => a - b)).toEqual([3, 4, 6]);
     // a partial match is not a word
     expect(questionWordPositions([5, 7], [1, 1], [[5, 6]], () => false).size).toBe(0);
+  });
+
+  it("sums the clicked ids' loss in all and by position within the id, and prints it per checkpoint", () => {
+    const logp = [
+      [-9, -0.1, -3, -0.2, -9, -2],
+      [-1, -4, -0.5],
+    ];
+    // trace 0: an id at tokens 1..3 and one at 5; trace 1: one at 0..2
+    const loss = identifierLoss(logp, [
+      [
+        [1, 4],
+        [5, 6],
+      ],
+      [[0, 3]],
+    ]);
+    expect(loss.tokens).toBe(7);
+    expect(loss.loss).toBeCloseTo((0.1 + 3 + 0.2 + 2 + 1 + 4 + 0.5) / 7, 6);
+    expect(loss.confidentShare).toBeCloseTo(3 / 7, 6); // 0.1, 0.2, 0.5 are below ln 2
+    expect(loss.byPosition).toEqual([
+      { tokens: 3, loss: expect.closeTo((0.1 + 2 + 1) / 3, 6) },
+      { tokens: 2, loss: expect.closeTo((3 + 4) / 2, 6) },
+      { tokens: 2, loss: expect.closeTo((0.2 + 0.5) / 2, 6) },
+    ]);
+    expect(identifierLoss([], [])).toEqual({ tokens: 0, loss: 0, confidentShare: 0, byPosition: [] });
+    const table = identifierTable(
+      [
+        { folder: "a", version: 3, ids: loss },
+        { folder: "b", version: 0, ids: identifierLoss([], []) },
+      ],
+      30,
+    ).split("\n");
+    expect(table[0]).toContain("ln 34 = 3.53");
+    expect(table[2]).toBe("| checkpoint | id tokens | loss | p > 0.5 | token 1 | token 2 | token 3 |");
+    expect(table[4]).toBe(`| a (v3) | 7 | ${loss.loss.toFixed(3)} | 0.43 | 1.03 | 3.50 | 0.35 |`);
+    expect(table[5]).toBe("| b (v0) | 0 | 0.000 | 0.00 | – | – | – |");
   });
 
   describe("on a tiny checkpoint", () => {
@@ -148,11 +185,17 @@ describe("bench:copy", () => {
     }, 180_000);
 
     it("skips the evaluation with --n 0 (bench:answer-loss)", async () => {
-      const run = await copyProbe([base, "--n", "0", "--episodes", "1", "--json"]);
+      const run = await copyProbe([base, "--n", "0", "--episodes", "1", "--json", "--ids"]);
       expect(run.status, run.stderr).toBe(0);
       const json = JSON.parse(run.stdout.trimEnd().split("\n").at(-1) ?? "") as {
         checkpoints: Array<{ greedyAverage: number | null; tasks: Array<{ greedySuccess: number | null }> }>;
+        identifiers: Array<{ folder: string; ids: { tokens: number } }>;
       };
+      // --ids: the clicked-id table after the copy table, and its figures in the JSON line
+      expect(run.stdout).toContain("| checkpoint | id tokens | loss | p > 0.5 |");
+      expect(json.identifiers).toEqual([
+        { folder: base, version: 0, ids: expect.objectContaining({ tokens: expect.any(Number) }) },
+      ]);
       expect(json.checkpoints[0]?.greedyAverage).toBeNull();
       expect(json.checkpoints[0]?.tasks.map((t) => t.greedySuccess)).toEqual([null, null]);
       expect(run.stdout).toMatch(/\| – \| – \| (copies|guesses) \|/);
@@ -179,7 +222,7 @@ describe("bench:copy", () => {
         expect((error as Error).message).toMatch(message);
         expect((error as Error).message).toContain("usage: npm run bench:copy --");
       }
-      expect(await parseCopyArgs([base])).toEqual({ folders: [base], n: 100, episodes: 40, json: false });
+      expect(await parseCopyArgs([base])).toEqual({ folders: [base], n: 100, episodes: 40, json: false, ids: false });
       // The command itself: the message on stderr, nothing on stdout, exit 2.
       const run = await copyProbe([empty]);
       expect(run.status, run.stderr).toBe(2);
