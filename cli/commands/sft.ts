@@ -23,6 +23,7 @@ interface SftCliOptions {
   questionNumbers: boolean;
   idVariants: number;
   idCrops: number;
+  copyDrills: number;
   blindShare: number;
   proseShare: number;
   dataParallel: number;
@@ -95,6 +96,12 @@ export function register(program: Command): void {
         "--id-crops <n>",
         "extra sequences per step: the 256 tokens ending with an identifier an action copies off a page (a clicked product id), loss on the identifier only",
         intOption("--id-crops", 0),
+        0,
+      )
+      .option(
+        "--copy-drills <n>",
+        "extra synthetic sequences per step: a random string of letters and digits, a newline and the string again, loss on the repeat (builds copying)",
+        intOption("--copy-drills", 0),
         0,
       )
       .option(
@@ -191,6 +198,7 @@ export function register(program: Command): void {
         questionNumbers: options.questionNumbers,
         identifierVariants: options.idVariants,
         identifierCrops: options.idCrops,
+        copyDrills: options.copyDrills,
         blindShare: options.blindShare,
         proseShare: options.proseShare,
         dataParallel: options.dataParallel,

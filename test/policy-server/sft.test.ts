@@ -9,7 +9,9 @@ import { createLogger } from "../../shared/log.ts";
 import { loadCheckpoint } from "../../shared/model/checkpoint.ts";
 import { initBackend } from "../../shared/model/index.ts";
 import type { ChatMessage } from "../../shared/protocol/openai.ts";
+import { seededRandom } from "../../shared/rl/random.ts";
 import { LocalObjectStore } from "../../shared/transport/local.ts";
+import { copyDrill } from "../../trainer-image/sft/copy-drills.ts";
 import {
   blindTrace,
   collectExpertTraces,
@@ -243,6 +245,30 @@ describe("sft warm-up", () => {
     );
     expect(croppedRecipe).toMatchObject({ identifierCrops: 4 });
     expect(recipe).toMatchObject({ identifierCrops: 0 });
+  });
+
+  it("adds copy drills: a random string, a newline and the string again, the loss on the repeat alone", async () => {
+    const { traces } = await collectExpertTraces([example], 3, 11);
+    const codec = ChatCodec.train(traces, 400);
+    const random = seededRandom(3);
+    for (let i = 0; i < 20; i++) {
+      const { tokens, weights } = copyDrill(codec, random);
+      expect(weights).toHaveLength(tokens.length);
+      const start = weights.indexOf(1);
+      const text = codec.decode([...tokens]);
+      const [first, repeat] = text.split("\n");
+      expect(first).toMatch(/^[A-Za-z0-9]{8,32}$/);
+      expect(repeat).toBe(first);
+      // weight 1 on exactly the repeat's tokens
+      expect(codec.decode([...tokens.slice(start)])).toBe(first);
+      expect([...weights.slice(start)].every((w) => w === 1)).toBe(true);
+      expect([...weights.slice(0, start)].every((w) => w === 0)).toBe(true);
+    }
+    const plain = await run("drills-plain", 5, { steps: 2 });
+    const drilled = await run("drills", 5, { steps: 2, copyDrills: 3 });
+    expect(drilled.losses).not.toEqual(plain.losses);
+    const recipe = JSON.parse((await new LocalObjectStore(join(dir, "drills")).getText("sft/v0.json")) ?? "{}");
+    expect(recipe).toMatchObject({ copyDrills: 3 });
   });
 
   it("makes a blind trace: the opening messages, then the expert's final turn with no tool call before it", async () => {

@@ -25,6 +25,7 @@ import {
   syllablesOf,
   type WordResample,
 } from "./answer-variants.ts";
+import { copyDrill } from "./copy-drills.ts";
 import { copiedIdentifiers, identifierSpans, identifierVariant, sharedPrefix } from "./id-variants.ts";
 import nllShardLoss, { type NllInput } from "./nllShard.ts";
 import { frameWordsByTask, questionVariant, questionWordsInActions, type RenameOptions } from "./question-variants.ts";
@@ -101,6 +102,11 @@ export interface SftOptions {
    * copies of a random id per step, where a whole trace holds one or two. @default 0
    */
   readonly identifierCrops?: number;
+  /**
+   * Extra synthetic sequences per step, each a random string of letters and digits, a newline
+   * and the string again, the loss on the repeat (see copy-drills.ts). @default 0
+   */
+  readonly copyDrills?: number;
   /**
    * Extra short sequences per step, each the last 128 tokens of a trace (or variant) with a
    * copied answer, with the loss on the answer turn only: many copy examples per step for little
@@ -323,6 +329,7 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
     // Forward passes sharded like the steps (one thread: policy.logProbs).
     const lossBefore = maskedLoss(await parallel.logProbs(sampleSequences, 1, "policy"), sampleMasks);
     const random = seededRandomFrom(seed, "sft-batches");
+    const drillRandom = seededRandomFrom(seed, "copy-drills");
     const losses: number[] = [];
     let trainedTokens = 0;
     const trainStart = Date.now();
@@ -336,6 +343,7 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
       const cropRows = [
         ...Array.from({ length: answerCrops }, () => crops[Math.floor(random() * crops.length)]!),
         ...Array.from({ length: identifierCrops }, () => idCrops[Math.floor(random() * idCrops.length)]!),
+        ...Array.from({ length: options.copyDrills ?? 0 }, () => copyDrill(codec, drillRandom)),
       ];
       const batch = [...rows.map((r) => sequences[r] as Int32Array), ...cropRows.map((c) => c.tokens)];
       const batchWeights = [...rows.map((r) => trainWeights[r] as Float32Array), ...cropRows.map((c) => c.weights)];
@@ -386,6 +394,7 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
           identifierVariantsPerTrace: options.identifierVariants ?? 0,
           answerCrops,
           identifierCrops,
+          copyDrills: options.copyDrills ?? 0,
           dataParallel: options.dataParallel ?? 1,
           variants: variants.length,
           questionVariants: renamed.length,
