@@ -21,7 +21,9 @@
  * adds a second table: webshop's clicked product ids (identifiers an action copies off the page
  * before it, id-variants.ts), their loss per token and by position within the id, where a model
  * that guesses pays the log of the id alphabet (34 characters: ln 34 = 3.53 nats) on every
- * character after the shared `B0` and one that copies pays little after the first.
+ * character after the shared `B0` and one that copies pays little after the first; beside it, the
+ * loss on copy drills (copy-drills.ts) after each repeat's first token, the same lookup without
+ * the task around it.
  *
  *   npm run bench:copy -- <checkpoint folder> [...] --n 0 --ids
  */
@@ -48,6 +50,7 @@ import { seededRandomFrom } from "../shared/rl/random.ts";
 import { LocalObjectStore } from "../shared/transport/local.ts";
 import { servePolicy } from "../trainer-image/policy-server/serve.ts";
 import { type Syllables, syllablesOf } from "../trainer-image/sft/answer-variants.ts";
+import { copyDrill } from "../trainer-image/sft/copy-drills.ts";
 import { copiedIdentifiers, identifierSpans } from "../trainer-image/sft/id-variants.ts";
 import { frameWordsByTask, questionVariant, questionWordsInActions } from "../trainer-image/sft/question-variants.ts";
 import { collectExpertTraces, type ExpertTrace } from "../trainer-image/sft/sft.ts";
@@ -271,8 +274,21 @@ export function identifierLoss(
   };
 }
 
-/** The clicked-id loss of a checkpoint on seeded webshop expert episodes that fit its context. */
-export async function probeIdentifiers(folder: string, episodes: number): Promise<IdentifierLoss> {
+/** Copy drills (copy-drills.ts) the probe scores, drawn from a fixed seed: the same for every checkpoint. */
+const DRILLS = 32;
+
+/** A checkpoint's copying of ids: the clicked ids' loss, and the loss on copy drills' repeats after their first token. */
+export interface IdentifierProbe {
+  readonly ids: IdentifierLoss;
+  /** Tokens 2+ of each drill's repeat: only a lookup of the token before predicts them. */
+  readonly drills: IdentifierLoss;
+}
+
+/**
+ * The clicked-id loss of a checkpoint on seeded webshop expert episodes that fit its context, and
+ * its loss on fresh copy drills after each repeat's first token.
+ */
+export async function probeIdentifiers(folder: string, episodes: number): Promise<IdentifierProbe> {
   const { policy, tokenizerJson, config } = await loadCheckpoint(new LocalObjectStore(folder), "newest");
   const codec = ChatCodec.fromTokenizerJson(JSON.parse(tokenizerJson));
   try {
@@ -286,7 +302,21 @@ export async function probeIdentifiers(folder: string, episodes: number): Promis
       logps.push(policy.logProbs([Int32Array.from(tokens)], 1)[0] as Float32Array);
       spans.push(identifierSpans(tokens, lossMask, ids));
     }
-    return identifierLoss(logps, spans);
+    const random = seededRandomFrom(SEED, "copy-drills");
+    const drills = Array.from({ length: DRILLS }, () => copyDrill(codec, random));
+    const drillSpans = drills.map(
+      (d): Array<readonly [number, number]> => [[d.weights.indexOf(1) + 1, d.tokens.length]],
+    );
+    return {
+      ids: identifierLoss(logps, spans),
+      drills: identifierLoss(
+        policy.logProbs(
+          drills.map((d) => d.tokens),
+          1,
+        ),
+        drillSpans,
+      ),
+    };
   } finally {
     policy.dispose();
   }
@@ -294,7 +324,7 @@ export async function probeIdentifiers(folder: string, episodes: number): Promis
 
 /** The clicked-id probes side by side: one row per checkpoint. */
 export function identifierTable(
-  probes: ReadonlyArray<{ folder: string; version: number; ids: IdentifierLoss }>,
+  probes: ReadonlyArray<{ folder: string; version: number } & IdentifierProbe>,
   episodes: number,
 ): string {
   const positions = Math.max(0, ...probes.map((p) => p.ids.byPosition.length));
@@ -304,6 +334,7 @@ export function identifierTable(
     "loss",
     "p > 0.5",
     ...Array.from({ length: positions }, (_, k) => `token ${k + 1}`),
+    "drill loss",
   ];
   const rows = probes.map((p) => [
     `${p.folder} (v${p.version})`,
@@ -311,11 +342,14 @@ export function identifierTable(
     p.ids.loss.toFixed(3),
     p.ids.confidentShare.toFixed(2),
     ...Array.from({ length: positions }, (_, k) => p.ids.byPosition[k]?.loss.toFixed(2) ?? "–"),
+    p.drills.loss.toFixed(2),
   ]);
   const caption =
     `Clicked ids: loss per token (nats) on the product ids webshop's expert clicks, copied off the page before ` +
     `each click, ${episodes} seeded train-split episodes (seed ${SEED}), and by token within the id; a guess ` +
-    `over the id's 34 characters costs ln 34 = ${Math.log(34).toFixed(2)} per character.`;
+    `over the id's 34 characters costs ln 34 = ${Math.log(34).toFixed(2)} per character. Drill loss: per token of ` +
+    `${DRILLS} copy drills (a random string of letters and digits, a newline, the string again) after the repeat's ` +
+    `first token; a guess over 62 characters costs ln 62 = ${Math.log(62).toFixed(2)}.`;
   return [
     caption,
     "",
@@ -599,7 +633,7 @@ async function main(): Promise<void> {
       ids.push({
         folder: probe.folder,
         version: probe.version,
-        ids: await probeIdentifiers(probe.folder, args.episodes),
+        ...(await probeIdentifiers(probe.folder, args.episodes)),
       });
   if (args.ids) process.stdout.write(`\n${identifierTable(ids, args.episodes)}\n`);
   if (args.json)

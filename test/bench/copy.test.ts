@@ -89,15 +89,16 @@ describe("bench:copy", () => {
     expect(identifierLoss([], [])).toEqual({ tokens: 0, loss: 0, confidentShare: 0, byPosition: [] });
     const table = identifierTable(
       [
-        { folder: "a", version: 3, ids: loss },
-        { folder: "b", version: 0, ids: identifierLoss([], []) },
+        { folder: "a", version: 3, ids: loss, drills: identifierLoss([[-1, -2, -3]], [[[1, 3]]]) },
+        { folder: "b", version: 0, ids: identifierLoss([], []), drills: identifierLoss([], []) },
       ],
       30,
     ).split("\n");
     expect(table[0]).toContain("ln 34 = 3.53");
-    expect(table[2]).toBe("| checkpoint | id tokens | loss | p > 0.5 | token 1 | token 2 | token 3 |");
-    expect(table[4]).toBe(`| a (v3) | 7 | ${loss.loss.toFixed(3)} | 0.43 | 1.03 | 3.50 | 0.35 |`);
-    expect(table[5]).toBe("| b (v0) | 0 | 0.000 | 0.00 | – | – | – |");
+    expect(table[0]).toContain("ln 62 = 4.13");
+    expect(table[2]).toBe("| checkpoint | id tokens | loss | p > 0.5 | token 1 | token 2 | token 3 | drill loss |");
+    expect(table[4]).toBe(`| a (v3) | 7 | ${loss.loss.toFixed(3)} | 0.43 | 1.03 | 3.50 | 0.35 | 2.50 |`);
+    expect(table[5]).toBe("| b (v0) | 0 | 0.000 | 0.00 | – | – | – | 0.00 |");
   });
 
   describe("on a tiny checkpoint", () => {
@@ -189,13 +190,20 @@ describe("bench:copy", () => {
       expect(run.status, run.stderr).toBe(0);
       const json = JSON.parse(run.stdout.trimEnd().split("\n").at(-1) ?? "") as {
         checkpoints: Array<{ greedyAverage: number | null; tasks: Array<{ greedySuccess: number | null }> }>;
-        identifiers: Array<{ folder: string; ids: { tokens: number } }>;
+        identifiers: Array<{ folder: string; ids: { tokens: number }; drills: { tokens: number } }>;
       };
       // --ids: the clicked-id table after the copy table, and its figures in the JSON line
       expect(run.stdout).toContain("| checkpoint | id tokens | loss | p > 0.5 |");
       expect(json.identifiers).toEqual([
-        { folder: base, version: 0, ids: expect.objectContaining({ tokens: expect.any(Number) }) },
+        {
+          folder: base,
+          version: 0,
+          ids: expect.objectContaining({ tokens: expect.any(Number) }),
+          drills: expect.objectContaining({ loss: expect.any(Number) }),
+        },
       ]);
+      // every drill's repeat after its first token is scored
+      expect(json.identifiers[0]?.drills.tokens).toBeGreaterThan(32 * 6);
       expect(json.checkpoints[0]?.greedyAverage).toBeNull();
       expect(json.checkpoints[0]?.tasks.map((t) => t.greedySuccess)).toEqual([null, null]);
       expect(run.stdout).toMatch(/\| – \| – \| (copies|guesses) \|/);

@@ -4,9 +4,10 @@ import type { ChatCodec } from "../../shared/chat/index.ts";
  * Copy drills: synthetic sequences that only copying can predict, a random string of letters and
  * digits, a newline, and the same string again, with the loss on the repeat. A webshop warm-up
  * never learned to copy a product id off its page (every character after the shared `B0` cost
- * ln 34, a guess, `npm run bench:copy -- --ids`), while the same architecture learns this repeat
- * in about a hundred steps from scratch: dense, pure copy examples build the attention that looks
- * a token up by the one before it, which sparse clicks in long traces did not.
+ * ln 34, a guess: `npm run bench:copy -- <dir> --n 0 --ids`), although its two layers can hold
+ * the lookup copying needs (attend to where the current token occurred before, take the token
+ * after it). Dense, pure copy examples are the cheapest signal for that lookup; sparse clicks in
+ * long traces did not build it.
  */
 
 const CHARACTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
