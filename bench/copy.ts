@@ -350,6 +350,11 @@ export function identifierTable(
     `over the id's 34 characters costs ln 34 = ${Math.log(34).toFixed(2)} per character. Drill loss: per token of ` +
     `${DRILLS} copy drills (a random string of letters and digits, a newline, the string again) after the repeat's ` +
     `first token; a guess over 62 characters costs ln 62 = ${Math.log(62).toFixed(2)}.`;
+  return markdownTable(caption, head, rows);
+}
+
+/** A caption, a blank line, then a markdown table of `head` and `rows`. */
+function markdownTable(caption: string, head: readonly string[], rows: readonly (readonly string[])[]): string {
   return [
     caption,
     "",
@@ -604,13 +609,7 @@ export function copyTable(probes: readonly CheckpointProbe[], options: { n: numb
     `is within ${COPY_RATIO}x of its other tokens' loss and at most ln 2 (${COPY_MAX_LOSS.toFixed(3)}) nats. ` +
     `Question-word loss: the assistant tokens (among the other tokens) that spell a word of the task's question, ` +
     `and the share of them with p > 0.5; not part of the verdict.`;
-  return [
-    caption,
-    "",
-    `| ${head.join(" | ")} |`,
-    `|${head.map(() => "---").join("|")}|`,
-    ...rows.map((r) => `| ${r.join(" | ")} |`),
-  ].join("\n");
+  return markdownTable(caption, head, rows);
 }
 
 async function main(): Promise<void> {

@@ -3,6 +3,7 @@ import type { ChatMessage } from "../../shared/protocol/openai.ts";
 import { seededRandom } from "../../shared/rl/random.ts";
 import { syllablesOf } from "../../trainer-image/sft/answer-variants.ts";
 import { frameWordsOf, questionVariant, questionWordsInActions } from "../../trainer-image/sft/question-variants.ts";
+import { messagesText } from "../support/messages.ts";
 
 const call = (name: string, args: string) => ({
   id: "call_0",
@@ -32,15 +33,6 @@ function episode(column: string, category: string): ChatMessage[] {
     { role: "assistant", content: null, tool_calls: [call("commit_final_answer", '{"answers":["290"]}')] },
   ];
 }
-
-const text = (messages: readonly ChatMessage[]) =>
-  messages
-    .map((m) =>
-      m.role === "assistant"
-        ? `${m.content ?? ""} ${m.tool_calls?.map((c) => c.function.arguments).join(" ")}`
-        : m.content,
-    )
-    .join("\n");
 
 describe("question-renamed variants", () => {
   const frame = frameWordsOf([
@@ -105,11 +97,11 @@ describe("question-renamed variants", () => {
         return { ...m, content: rename(m.content) };
       }),
     );
-    expect(text(variant.slice(1))).not.toMatch(/\b(stock|products|tools|category)\b/);
+    expect(messagesText(variant.slice(1))).not.toMatch(/\b(stock|products|tools|category)\b/);
     // Frame words, SQL keywords and the answer stay.
-    expect(text(variant)).toContain("The name of this table is");
-    expect(text(variant)).toContain("SELECT SUM(");
-    expect(text(variant)).toContain('{"answers":["290"]}');
+    expect(messagesText(variant)).toContain("The name of this table is");
+    expect(messagesText(variant)).toContain("SELECT SUM(");
+    expect(messagesText(variant)).toContain('{"answers":["290"]}');
   });
 
   it("never renames to a word the trace already has, in any case, and gives different words different names", () => {
@@ -157,9 +149,9 @@ describe("question-renamed variants", () => {
       expect(value).not.toBe("369");
       values.add(value);
       // the same value in the action and the observation; the one-digit 7 stays
-      expect(text(variant ?? [])).toContain(`= ${value} WHERE`);
+      expect(messagesText(variant ?? [])).toContain(`= ${value} WHERE`);
       expect(variant?.[3]?.content).toMatch(new RegExp(`^\\w+ ${value} set`));
-      expect(text(variant ?? [])).toContain("LIMIT 7");
+      expect(messagesText(variant ?? [])).toContain("LIMIT 7");
       // without `numbers` the value stays
       const wordsOnly = questionVariant(update, frame, syllables, seededRandom(seed));
       expect(wordsOnly?.[1]?.content).toContain("to 369, in 7 rows");

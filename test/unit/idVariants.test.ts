@@ -10,6 +10,7 @@ import {
   identifierVariant,
   sharedPrefix,
 } from "../../trainer-image/sft/id-variants.ts";
+import { messagesText } from "../support/messages.ts";
 
 const click = (element: string, id = "call_0") => ({
   id,
@@ -33,15 +34,6 @@ function episode(): ChatMessage[] {
     { role: "assistant", content: null, tool_calls: [click("Buy Now", "call_2")] },
   ];
 }
-
-const text = (messages: readonly ChatMessage[]) =>
-  messages
-    .map((m) =>
-      m.role === "assistant"
-        ? `${m.content ?? ""} ${m.tool_calls?.map((c) => c.function.arguments).join(" ")}`
-        : m.content,
-    )
-    .join("\n");
 
 describe("identifier-redrawn variants", () => {
   it("finds the identifiers the actions copy from an earlier message, and only those", () => {
@@ -68,12 +60,12 @@ describe("identifier-redrawn variants", () => {
     const id = fresh[0] as string;
     expect(id).not.toBe("B0ZZ81Q4TR");
     expect(id).toMatch(/^B0[A-Z]{2}[0-9]{2}[A-Z][0-9][A-Z]{2}$/);
-    const after = text(variant ?? []);
+    const after = messagesText(variant ?? []);
     // page, reasoning, action and product page all name the fresh id; the old one is gone
     expect(after.split(id).length - 1).toBe(4);
     expect(after).not.toContain("B0ZZ81Q4TR");
     // nothing else changed: the unclicked id, the request's token, the system prompt
-    expect(after.replace(new RegExp(id, "g"), "B0ZZ81Q4TR")).toBe(text(original));
+    expect(after.replace(new RegExp(id, "g"), "B0ZZ81Q4TR")).toBe(messagesText(original));
     expect(variant?.[0]).toBe(original[0]);
   });
 
@@ -119,7 +111,7 @@ describe("identifier-redrawn variants", () => {
     const variant = identifierVariant(original, "B0", seededRandom(1)) ?? [];
     const fresh = copiedIdentifiers(variant);
     expect(fresh).toHaveLength(clicked.length);
-    for (const id of clicked) expect(text(variant)).not.toContain(id);
-    for (const id of fresh) expect(text(original)).not.toContain(id);
+    for (const id of clicked) expect(messagesText(variant)).not.toContain(id);
+    for (const id of fresh) expect(messagesText(original)).not.toContain(id);
   });
 });

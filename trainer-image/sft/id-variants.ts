@@ -1,4 +1,5 @@
 import type { ChatMessage } from "../../shared/protocol/openai.ts";
+import { rewriteOutsideSystemPrompt } from "./question-variants.ts";
 
 /**
  * Identifier-redrawn copies of expert traces, to teach copying an identifier off a page into an
@@ -88,24 +89,7 @@ export function identifierVariant(
     }
   }
   if (renames.size === 0) return undefined;
-  const rename = (text: string) => text.replace(IDENTIFIER, (id) => renames.get(id) ?? id);
-  return messages.map((message): ChatMessage => {
-    switch (message.role) {
-      case "system":
-        return message;
-      case "assistant":
-        return {
-          ...message,
-          content: message.content === null ? null : rename(message.content),
-          tool_calls: message.tool_calls?.map((call) => ({
-            ...call,
-            function: { ...call.function, arguments: rename(call.function.arguments) },
-          })),
-        };
-      default:
-        return { ...message, content: rename(message.content) };
-    }
-  });
+  return rewriteOutsideSystemPrompt(messages, (text) => text.replace(IDENTIFIER, (id) => renames.get(id) ?? id));
 }
 
 /**

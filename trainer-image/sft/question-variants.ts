@@ -94,6 +94,33 @@ function renameWords(text: string, renames: ReadonlyMap<string, string>): string
 }
 
 /**
+ * `messages` with `rewrite` applied to every text but the system prompt's: contents, and the
+ * assistant's tool-call arguments. Variants rename words consistently through the whole trace.
+ */
+export function rewriteOutsideSystemPrompt(
+  messages: readonly ChatMessage[],
+  rewrite: (text: string) => string,
+): ChatMessage[] {
+  return messages.map((message): ChatMessage => {
+    switch (message.role) {
+      case "system":
+        return message;
+      case "assistant":
+        return {
+          ...message,
+          content: message.content === null ? null : rewrite(message.content),
+          tool_calls: message.tool_calls?.map((call) => ({
+            ...call,
+            function: { ...call.function, arguments: rewrite(call.function.arguments) },
+          })),
+        };
+      default:
+        return { ...message, content: rewrite(message.content) };
+    }
+  });
+}
+
+/**
  * One variant of `messages` with its question words in the actions (`questionWordsInActions`)
  * renamed to fresh words of `syllables` everywhere but the system prompt, or undefined when there
  * is none to rename. A fresh word differs, ignoring case, from every word of the trace (so a
@@ -125,21 +152,5 @@ export function questionVariant(
     }
   }
   if (renames.size === 0) return undefined;
-  return messages.map((message): ChatMessage => {
-    switch (message.role) {
-      case "system":
-        return message;
-      case "assistant":
-        return {
-          ...message,
-          content: message.content === null ? null : renameWords(message.content, renames),
-          tool_calls: message.tool_calls?.map((call) => ({
-            ...call,
-            function: { ...call.function, arguments: renameWords(call.function.arguments, renames) },
-          })),
-        };
-      default:
-        return { ...message, content: renameWords(message.content, renames) };
-    }
-  });
+  return rewriteOutsideSystemPrompt(messages, (text) => renameWords(text, renames));
 }
