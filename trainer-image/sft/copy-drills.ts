@@ -4,10 +4,11 @@ import type { ChatCodec } from "../../shared/chat/index.ts";
  * Copy drills: synthetic sequences that only copying can predict, a random string of letters and
  * digits, a newline, and the same string again, with the loss on the repeat. A webshop warm-up
  * never learned to copy a product id off its page (every character after the shared `B0` cost
- * ln 34, a guess: `npm run bench:copy -- <dir> --n 0 --ids`), although its two layers can hold
- * the lookup copying needs (attend to where the current token occurred before, take the token
- * after it). Dense, pure copy examples are the cheapest signal for that lookup; sparse clicks in
- * long traces did not build it.
+ * ln 34, a guess: `npm run bench:copy -- <dir> --n 0 --ids`). Copying needs a lookup: attend to
+ * where the current token occurred before, take the token after it. Drills are the densest, purest
+ * signal for it, where clicks in long traces are sparse; the strings' lengths vary so the repeat
+ * cannot be copied from a fixed distance back. Whether and when the lookup forms is measured by the
+ * same probe's drill loss (docs/learning.md).
  */
 
 const CHARACTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
