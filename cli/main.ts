@@ -7,25 +7,41 @@ import { EXIT_CODES as EXIT } from "./exitCodes.ts";
  * `agentrl` — one entry for every role. Each subcommand lives in cli/commands/<name>.ts and
  * imports its role lazily, so `--help` and `config validate` never load TF.js or the AWS SDK.
  */
-const COMMANDS: ReadonlyArray<() => Promise<{ register(program: Command): void }>> = [
-  () => import("./commands/config.ts"),
-  () => import("./commands/controller.ts"),
-  () => import("./commands/env.ts"),
-  () => import("./commands/data.ts"),
-  () => import("./commands/container.ts"),
-  () => import("./commands/sweep.ts"),
-  () => import("./commands/eval.ts"),
-  () => import("./commands/train.ts"),
-  () => import("./commands/report.ts"),
-  () => import("./commands/view.ts"),
-  () => import("./commands/policy.ts"),
-  () => import("./commands/sft.ts"),
-  () => import("./commands/feeder.ts"),
-  () => import("./commands/rollout.ts"),
-  () => import("./commands/trainer.ts"),
-  () => import("./commands/gateway.ts"),
-  () => import("./commands/plan.ts"),
-];
+type CommandModule = () => Promise<{ register(program: Command): void }>;
+const train: CommandModule = () => import("./commands/train.ts");
+/** Each top-level command and the module that registers it. */
+const COMMANDS: Readonly<Record<string, CommandModule>> = {
+  config: () => import("./commands/config.ts"),
+  controller: () => import("./commands/controller.ts"),
+  env: () => import("./commands/env.ts"),
+  data: () => import("./commands/data.ts"),
+  container: () => import("./commands/container.ts"),
+  sweep: () => import("./commands/sweep.ts"),
+  eval: () => import("./commands/eval.ts"),
+  train,
+  start: train,
+  report: () => import("./commands/report.ts"),
+  view: () => import("./commands/view.ts"),
+  policy: () => import("./commands/policy.ts"),
+  sft: () => import("./commands/sft.ts"),
+  feeder: () => import("./commands/feeder.ts"),
+  rollout: () => import("./commands/rollout.ts"),
+  trainer: () => import("./commands/trainer.ts"),
+  gateway: () => import("./commands/gateway.ts"),
+  plan: () => import("./commands/plan.ts"),
+};
+
+/**
+ * The modules to load for `argv`: the named command's alone (every role is a process, and loading
+ * the other sixteen costs each start about a quarter of its CPU), or all of them for the program's
+ * own help and version, a misspelt command (commander suggests the nearest one) and `container`
+ * (it runs the role its environment names).
+ */
+function modulesFor(argv: readonly string[]): CommandModule[] {
+  const name = argv[2] ?? "";
+  const named = Object.hasOwn(COMMANDS, name) && name !== "container" ? COMMANDS[name] : undefined;
+  return named ? [named] : [...new Set(Object.values(COMMANDS))];
+}
 
 /**
  * Commander checks required options before unknown ones, so `eval --polcy 3` would report the
@@ -63,7 +79,7 @@ async function main(argv: string[]): Promise<void> {
     .version(packageVersion(), "-V, --version", "print the version")
     .showHelpAfterError("(run with --help for usage)")
     .exitOverride();
-  for (const load of COMMANDS) (await load()).register(program);
+  for (const load of modulesFor(argv)) (await load()).register(program);
   await program.parseAsync(argv);
 }
 
