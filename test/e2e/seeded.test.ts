@@ -34,7 +34,7 @@ function seededConfig(experimentId: string): ExperimentConfig {
     rollout: {
       groupSize: 4,
       maxTurns: 8,
-      maxTokensPerTurn: 96,
+      maxTokensPerTurn: 64,
       temperature: 0.8,
       workers: 1,
       concurrency: 16,
