@@ -10,7 +10,7 @@ import { LocalObjectStore } from "../../shared/transport/local.ts";
 
 const SHIPPED = [
   QUICKSTART_CONFIG,
-  ...["learning.yaml", "learning-planted-habit.yaml"].map((name) =>
+  ...["learning.yaml", "learning-shop.yaml", "learning-planted-habit.yaml"].map((name) =>
     fileURLToPath(new URL(`../../configs/${name}`, import.meta.url)),
   ),
 ];
