@@ -102,7 +102,13 @@ async function armsFor(flags: z.infer<typeof Flags>): Promise<Arm[]> {
   // With the user's --set applied: an arm's mix and step count derive from what the user runs
   // (`--set trainer.maxSteps=80` gives the equal-data arms 40 of them, not 20 then overridden to 80).
   const config = await loadConfig(flags.config, { overrides: flags.set });
-  const arms: Arm[] = [{ name: "multi", config: flags.config, sets: [] }];
+  const ablation = flags["ablation-config"] ?? flags.config;
+  const separateAblation = resolve(ablation) !== resolve(flags.config);
+  // Tables 3 and 4 read the config as it is, and so does Table 6 when it ablates that config.
+  const arms: Arm[] =
+    flags.tables.has(3) || flags.tables.has(4) || !separateAblation
+      ? [{ name: "multi", config: flags.config, sets: [] }]
+      : [];
   if (flags.tables.has(4)) {
     const mix = config.tasks.mix;
     const totalWeight = mix.reduce((s, t) => s + t.weight, 0);
@@ -118,8 +124,7 @@ async function armsFor(flags: z.infer<typeof Flags>): Promise<Arm[]> {
     }
   }
   if (flags.tables.has(6)) {
-    const ablation = flags["ablation-config"] ?? flags.config;
-    if (resolve(ablation) !== resolve(flags.config)) arms.push({ name: "ablation-full", config: ablation, sets: [] });
+    if (separateAblation) arms.push({ name: "ablation-full", config: ablation, sets: [] });
     arms.push({ name: "no-cross-policy", config: ablation, sets: ["rollout.crossPolicy.enabled=false"] });
     arms.push({ name: "no-task-norm", config: ablation, sets: ["trainer.taskAdvantageNorm=false"] });
   }

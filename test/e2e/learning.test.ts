@@ -127,6 +127,17 @@ describe("npm run learning", () => {
       /single-db-steps seed 1: would run .*tasks\.mix=\[\{"name":"db",[^\]]*"trainInstances":10000/,
     );
     expect(existsSync(out)).toBe(false);
+    // Table 6 alone on a workload of its own: its full arm and the two ablations of that config, no Table 3 arm
+    const shop = await runProcess(TSX, [
+      SCRIPT,
+      ...["--tables", "6", "--seeds", "1", "--out", out, "--dry-run"],
+      ...["--ablation-config", "configs/learning-shop.yaml"],
+    ]);
+    expect(shop.status, shop.stderr).toBe(0);
+    const planned = [...shop.stderr.matchAll(/\] (\S+) seed 1: would run (\S+)/g)].map((m) => `${m[1]} ${m[2]}`);
+    expect(planned).toEqual(
+      ["ablation-full", "no-cross-policy", "no-task-norm"].map((arm) => `${arm} configs/learning-shop.yaml`),
+    );
     // a --set the config cannot take is named before any arm starts
     const bad = await runProcess(TSX, [SCRIPT, "--out", out, "--dry-run", "--set", "trainer.estimator=reinforce++"]);
     expect(bad.status).toBe(2);
