@@ -51,6 +51,9 @@ export const REPOSITORY_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), 
 const AGENTRL_BIN = join(REPOSITORY_ROOT, "bin/agentrl.mjs");
 
 /** A deployment small enough to rehearse on 2 cores: one task, groups of 2, 2 trainer steps. */
+/** How long after the run the rehearsal waits for every poison message to reach its dead-letter queue. */
+const DEAD_LETTER_WAIT_MS = 60_000;
+
 export const REHEARSAL_CONFIG: ExperimentConfig = parseConfig({
   experimentId: "rehearsal",
   seed: 1,
@@ -408,8 +411,8 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
       // A denial a role logged after the trainer had finished (a loaded host's late consumer).
       failure = denials.map(describeDenial).join("; ");
     const deadLetters: Partial<Record<QueueName, readonly DeadLetter[]>> = {};
-    // A consumer dead-letters its poison on the last delivery; give a slow one a little time.
-    for (const deadline = Date.now() + 30_000; ; ) {
+    // A consumer dead-letters its poison on the last delivery; give a slow one (a loaded host) time.
+    for (const deadline = Date.now() + DEAD_LETTER_WAIT_MS; ; ) {
       for (const queue of consumed) deadLetters[queue] = await adminQueue(queue).deadLetters(20);
       const problems = consumed.flatMap((queue) => {
         const problem = deadLetterProblem(
@@ -421,7 +424,16 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
         return problem ? [problem] : [];
       });
       if (problems.length === 0 || failure || Date.now() > deadline) {
-        if (!failure && problems.length > 0) failure = `failure paths: ${problems.join("; ")}`;
+        if (!failure && problems.length > 0) {
+          // Where each undelivered poison is (still queued, or taken and never dead-lettered) says which side failed.
+          const depths = await Promise.all(
+            consumed.map(async (queue) => {
+              const { visible, inFlight } = await adminQueue(queue).approximateDepth();
+              return `${queue} ${visible} visible, ${inFlight} in flight`;
+            }),
+          );
+          failure = `failure paths: ${problems.join("; ")} (queues after the run: ${depths.join("; ")})`;
+        }
         break;
       }
       await new Promise((r) => setTimeout(r, 500));
