@@ -104,6 +104,18 @@ async function armsFor(flags: z.infer<typeof Flags>): Promise<Arm[]> {
   const config = await loadConfig(flags.config, { overrides: flags.set });
   const ablation = flags["ablation-config"] ?? flags.config;
   const separateAblation = resolve(ablation) !== resolve(flags.config);
+  // Its arms run with the user's overrides too: a file or a field it cannot take is named now, before any arm starts.
+  if (separateAblation)
+    await loadConfig(ablation, { overrides: flags.set }).catch((error: unknown) => {
+      if (!(error instanceof ValidationError)) throw error;
+      throw new ValidationError(
+        error.what,
+        error.issues.map((issue) => ({
+          path: issue.path ? `${ablation}: ${issue.path}` : ablation,
+          message: issue.message,
+        })),
+      );
+    });
   // Tables 3 and 4 read the config as it is, and so does Table 6 when it ablates that config.
   const arms: Arm[] =
     flags.tables.has(3) || flags.tables.has(4) || !separateAblation

@@ -138,6 +138,18 @@ describe("npm run learning", () => {
     expect(planned).toEqual(
       ["ablation-full", "no-cross-policy", "no-task-norm"].map((arm) => `${arm} configs/learning-shop.yaml`),
     );
+    const missing = await runProcess(TSX, [
+      SCRIPT,
+      "--tables",
+      "6",
+      "--out",
+      out,
+      "--dry-run",
+      "--ablation-config",
+      "nope.yaml",
+    ]);
+    expect(missing.status).toBe(2);
+    expect(missing.stderr).toMatch(/^nope\.yaml: cannot read nope\.yaml/m);
     // a --set the config cannot take is named before any arm starts
     const bad = await runProcess(TSX, [SCRIPT, "--out", out, "--dry-run", "--set", "trainer.estimator=reinforce++"]);
     expect(bad.status).toBe(2);
