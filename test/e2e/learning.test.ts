@@ -138,15 +138,11 @@ describe("npm run learning", () => {
     expect(planned).toEqual(
       ["ablation-full", "no-cross-policy", "no-task-norm"].map((arm) => `${arm} configs/learning-shop.yaml`),
     );
+    // a missing ablation config is named before any arm starts
     const missing = await runProcess(TSX, [
       SCRIPT,
-      "--tables",
-      "6",
-      "--out",
-      out,
-      "--dry-run",
-      "--ablation-config",
-      "nope.yaml",
+      ...["--tables", "6", "--out", out, "--dry-run"],
+      ...["--ablation-config", "nope.yaml"],
     ]);
     expect(missing.status).toBe(2);
     expect(missing.stderr).toMatch(/^nope\.yaml: cannot read nope\.yaml/m);
