@@ -212,6 +212,11 @@ export async function runPipeline(options: PipelineOptions): Promise<PipelineRes
         }
       }
     }
+  } catch (error) {
+    // A stop while the roles start (or evaluate) ends the roles it waits on: their exits are the
+    // stop's doing, so the run ends as interrupted rather than failed.
+    if (!options.signal?.aborted) throw error;
+    interrupted = true;
   } finally {
     options.signal?.removeEventListener("abort", abort);
     await supervisor.stopAll();

@@ -1,9 +1,10 @@
 import { spawn } from "node:child_process";
-import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 import { runProcess } from "../support/cli.ts";
+import { processesNaming } from "../support/processes.ts";
 import { tempDir } from "../support/tmp.ts";
 
 /**
@@ -155,17 +156,3 @@ describe("npm run learning", () => {
     expect(index.stderr).toContain("tasks.mix.2: tasks.mix is a list of 2: an index from 0 to 1 picks an entry");
   });
 });
-
-/** Command lines of live processes that mention `text` (the run's roles name their run folder). */
-function processesNaming(text: string): string[] {
-  const found: string[] = [];
-  for (const pid of readdirSync("/proc").filter((name) => /^\d+$/.test(name))) {
-    try {
-      const command = readFileSync(`/proc/${pid}/cmdline`, "utf8").replaceAll("\0", " ");
-      if (command.includes(text)) found.push(command);
-    } catch {
-      // The process ended while we looked.
-    }
-  }
-  return found;
-}

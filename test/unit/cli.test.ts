@@ -1,4 +1,5 @@
-import { cpSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { spawn } from "node:child_process";
+import { cpSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { baseCheckpointOf } from "../../cli/commands/train.ts";
@@ -6,7 +7,8 @@ import { dropPartialLastLine } from "../../cli/commands/trainer.ts";
 import { BASE_CHECKPOINT_DIR } from "../../cli/launch/pipeline.ts";
 import { parseConfig } from "../../shared/config/index.ts";
 import { EvalReport } from "../../shared/protocol/metrics.ts";
-import { agentrl } from "../support/cli.ts";
+import { AGENTRL_BIN, agentrl } from "../support/cli.ts";
+import { processesNaming } from "../support/processes.ts";
 import { tempDir } from "../support/tmp.ts";
 
 describe("agentrl run commands reject bad input with one line", () => {
@@ -119,4 +121,35 @@ describe("agentrl trainer's metrics file after a kill mid-write", () => {
     expect(readFileSync(file, "utf8")).toBe("");
     expect(await dropPartialLastLine(join(tempDir("agentrl-metrics-"), "absent.jsonl"))).toBe(0);
   });
+});
+
+describe("agentrl train stopped while its roles start", () => {
+  it("ends as interrupted (exit 130, no stack), leaving no role behind", async () => {
+    const runDir = join(tempDir("agentrl-stop-early-"), "run");
+    // One task: its env stack starts quickest.
+    const sets = ["trainer.maxSteps=1", 'tasks.mix=[{"name":"db"}]'].flatMap((s) => ["--set", s]);
+    const child = spawn(process.execPath, [AGENTRL_BIN, "start", "--run-dir", runDir, ...sets], {
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let stdout = "";
+    let stderr = "";
+    child.stdout.on("data", (chunk: Buffer) => {
+      stdout += chunk.toString();
+    });
+    child.stderr.on("data", (chunk: Buffer) => {
+      stderr += chunk.toString();
+    });
+    const exited = new Promise<number | null>((done) => child.on("exit", (code) => done(code)));
+    // The current policy server has been spawned and has not yet announced its URL: the run is starting.
+    const started = Date.now();
+    while (!existsSync(join(runDir, "logs", "policy-current.log")) && Date.now() - started < 90_000)
+      await new Promise((r) => setTimeout(r, 20));
+    expect(existsSync(join(runDir, "logs", "policy-current.log")), stderr).toBe(true);
+    expect(stderr).not.toContain("pipeline running");
+    child.kill("SIGTERM");
+    expect(await exited, stderr).toBe(130);
+    expect(stderr).not.toContain("unexpected error");
+    expect(stdout).toMatch(/^interrupted after 0 trainer steps$/m);
+    expect(processesNaming(runDir)).toEqual([]);
+  }, 120_000);
 });

@@ -1,0 +1,15 @@
+import { readdirSync, readFileSync } from "node:fs";
+
+/** Command lines of the running processes that mention `text` (a run folder, a temp dir). */
+export function processesNaming(text: string): string[] {
+  const found: string[] = [];
+  for (const pid of readdirSync("/proc").filter((name) => /^\d+$/.test(name))) {
+    try {
+      const command = readFileSync(`/proc/${pid}/cmdline`, "utf8").replaceAll("\0", " ");
+      if (command.includes(text)) found.push(command);
+    } catch {
+      // The process ended while we looked.
+    }
+  }
+  return found;
+}
