@@ -271,7 +271,14 @@ describe("os sandbox containment", () => {
     const round = async (tag: string) => {
       const sandboxes = Array.from(
         { length: 6 },
-        (_, i) => new OsSandbox({ "/home/user/a.txt": `${tag}${i}\n` }, sandboxLimits(), counting),
+        // a long command timeout: six threads starting at once on a loaded machine take seconds,
+        // and a command timed out would replace its thread
+        (_, i) =>
+          new OsSandbox(
+            { "/home/user/a.txt": `${tag}${i}\n` },
+            { ...sandboxLimits(), commandTimeoutMs: 30_000 },
+            counting,
+          ),
       );
       const outputs = await Promise.all(sandboxes.map((sandbox) => sandbox.run("cat a.txt", signal)));
       for (const sandbox of sandboxes) sandbox.close();

@@ -56,11 +56,14 @@ describe("decoding in a worker thread (ThreadedScheduler)", () => {
     expect(await scheduler.switchPolicy(v1)).toBe(0);
     const results = await Promise.all(jobs);
     expect(scheduler.stats()).toMatchObject({ policySwitches: 1, policyVersion: 1, completed: 3 });
+    // The switch came after about 5 tokens of 200, so it falls inside the sequences (on a loaded
+    // machine the worker may finish one before it lands): each runs on v0, then on v1, never back.
+    const spanning = results.filter((result) => new Set(result.versions).size === 2);
+    expect(spanning.length).toBeGreaterThan(0);
+    for (const { versions } of results) expect(versions).toEqual([...versions].sort());
     let checked = 0;
     results.forEach((result, i) => {
       const prompt = prompts[i] as number[];
-      // 200 tokens each: the switch (after about 5) fell inside every sequence
-      expect(new Set(result.versions)).toEqual(new Set([0, 1]));
       const sequence = Int32Array.from([...prompt, ...result.tokens]);
       for (const [version, policy] of [
         [0, v0],
