@@ -31,6 +31,7 @@ import {
   ArmResult,
   advantageSummary,
   advantageTable,
+  endingTable,
   type KindOf,
   kindTable,
   table3,
@@ -239,6 +240,15 @@ async function kindsOfTasks(results: readonly ArmResult[]): Promise<KindOf> {
   return (task, index) => kinds.get(task)?.(index);
 }
 
+/** What RL changed against the base: successes by instance kind, and how the episodes ended. */
+async function rlAgainstBase(label: string, arm: readonly ArmResult[]): Promise<string[]> {
+  const kinds = kindTable(arm, await kindsOfTasks(arm));
+  return [
+    ...(kinds === "" ? [] : [`### ${label}: what moved, by instance kind\n\n${kinds}`]),
+    `### ${label}: how the test episodes ended\n\n${endingTable(arm)}`,
+  ];
+}
+
 const flags = parseFlags(process.argv.slice(2));
 const arms = await armsFor(flags).catch((error: unknown) => {
   // a config the arms cannot run, e.g. a --set that does not fit it: say which field, before any arm starts
@@ -290,8 +300,7 @@ const of = (name: string) => results.get(name) ?? [];
 const sections: string[] = [];
 if (of("multi").length > 0 && flags.tables.has(3)) {
   sections.push(`### Table 3: RL from the base (greedy test success, %)\n\n${table3(of("multi"))}`);
-  const kinds = kindTable(of("multi"), await kindsOfTasks(of("multi")));
-  if (kinds !== "") sections.push(`### Table 3: what moved, by instance kind\n\n${kinds}`);
+  sections.push(...(await rlAgainstBase("Table 3", of("multi"))));
 }
 if (of("multi").length > 0 && flags.tables.has(4)) {
   const singles = new Map<string, ArmResult[]>();
@@ -313,6 +322,8 @@ if (full.length > 0 && flags.tables.has(6)) {
   sections.push(
     `### Table 6: what each mechanism changed (token advantages, mean over steps and seeds)\n\n${advantageTable(new Map([["full", full], ...ablations]))}`,
   );
+  // On its own config, the full arm is RL from that config's base: what it moved, as Table 3 shows it.
+  if (results.has("ablation-full")) sections.push(...(await rlAgainstBase("Table 6's full arm", full)));
 }
 const compute = [...results.values()].flat().reduce((s, r) => s + r.wallSeconds, 0);
 const runs = [...results.values()].flat().length;

@@ -147,6 +147,35 @@ export function kindTable(arm: readonly ArmResult[], kindOf: KindOf): string {
 }
 
 /**
+ * How the base's and the RL policy's greedy test episodes ended (completed, an invalid call, the
+ * turn limit, ...), per task, summed over seeds: what RL changed in how the policy acts, beside
+ * whether it succeeds. Tasks in name order, endings by the base's count.
+ */
+export function endingTable(arm: readonly ArmResult[]): string {
+  const rows = new Map<string, Map<string, { base: number; rl: number }>>();
+  const add = (report: EvalReport, side: "base" | "rl") => {
+    for (const { task, statuses } of report.tasks) {
+      const endings = rows.get(task) ?? new Map<string, { base: number; rl: number }>();
+      for (const [ending, count] of Object.entries(statuses)) {
+        const row = endings.get(ending) ?? { base: 0, rl: 0 };
+        row[side] += count;
+        endings.set(ending, row);
+      }
+      rows.set(task, endings);
+    }
+  };
+  for (const r of bySeed(arm)) {
+    add(r.base, "base");
+    add(r.newest, "rl");
+  }
+  const lines = ["| task | ended by | base episodes (all seeds) | RL episodes (all seeds) |", "|---|---|---|---|"];
+  for (const [task, endings] of [...rows].sort(([a], [b]) => a.localeCompare(b)))
+    for (const [ending, row] of [...endings].sort(([a, x], [b, y]) => y.base - x.base || a.localeCompare(b)))
+      lines.push(`| ${task} | ${ending} | ${row.base} | ${row.rl} |`);
+  return rows.size === 0 ? "" : lines.join("\n");
+}
+
+/**
  * Table 4: the multi-task run against each task's single-task runs (equal steps, equal per-task
  * data), on that task: mean (range) over seeds, and per seed the paired difference multi − single.
  */

@@ -49,6 +49,10 @@ describe("npm run learning", () => {
     );
     expect(Object.keys(result.advantages).sort()).toEqual([...recorded].sort());
     expect(first.stdout).toContain("### Table 3");
+    // How the base's and RL's test episodes ended, per task, after what moved by kind.
+    const endings = first.stdout.slice(first.stdout.indexOf("### Table 3: how the test episodes ended"));
+    for (const task of ["db", "os"])
+      expect(endings).toMatch(new RegExp(`\\n\\| ${task} \\| [a-z ]+ \\| \\d+ \\| \\d+ \\|`));
     // One row per seed, in seed order whichever finished first.
     expect(first.stdout).toMatch(
       /\n\| 1 \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [+−][^\n]*\n\| 2 \| [\d.]+ /,

@@ -3,6 +3,7 @@ import {
   type ArmResult,
   advantageSummary,
   advantageTable,
+  endingTable,
   fixed,
   kindTable,
   meanAndRange,
@@ -75,6 +76,32 @@ describe("learning tables", () => {
       ].join("\n"),
     );
     expect(kindTable(runs, () => undefined)).toBe("");
+  });
+
+  it("how episodes ended: each task's endings for base and RL, summed over seeds, by the base's count", () => {
+    const ended = (base: Record<string, number>, rl: Record<string, number>, seed: number): ArmResult => {
+      const result = arm("multi", seed, { db: 1 }, { db: 1 });
+      const [baseDb] = result.base.tasks;
+      const [rlDb] = result.newest.tasks;
+      if (!baseDb || !rlDb) throw new Error("no db row");
+      baseDb.statuses = base;
+      rlDb.statuses = rl;
+      return result;
+    };
+    const runs = [
+      ended({ completed: 6, "agent validation failed": 4 }, { completed: 9, "task limit reached": 1 }, 1),
+      ended({ completed: 6, "agent validation failed": 4 }, { completed: 10 }, 2),
+    ];
+    expect(endingTable(runs)).toBe(
+      [
+        "| task | ended by | base episodes (all seeds) | RL episodes (all seeds) |",
+        "|---|---|---|---|",
+        "| db | completed | 12 | 19 |",
+        "| db | agent validation failed | 8 | 0 |",
+        "| db | task limit reached | 0 | 1 |",
+      ].join("\n"),
+    );
+    expect(endingTable([])).toBe("");
   });
 
   it("numbers print a typographic minus, and a value that rounds to zero prints no minus", () => {
