@@ -323,7 +323,11 @@ if (full.length > 0 && flags.tables.has(6)) {
     `### Table 6: what each mechanism changed (token advantages, mean over steps and seeds)\n\n${advantageTable(new Map([["full", full], ...ablations]))}`,
   );
   // On its own config, the full arm is RL from that config's base: what it moved, as Table 3 shows it.
-  if (results.has("ablation-full")) sections.push(...(await rlAgainstBase("Table 6's full arm", full)));
+  if (results.has("ablation-full"))
+    sections.push(
+      `### Table 6's full arm: RL from the base (greedy test success, %)\n\n${table3(full)}`,
+      ...(await rlAgainstBase("Table 6's full arm", full)),
+    );
 }
 const compute = [...results.values()].flat().reduce((s, r) => s + r.wallSeconds, 0);
 const runs = [...results.values()].flat().length;
