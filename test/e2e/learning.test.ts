@@ -92,6 +92,49 @@ describe("npm run learning", () => {
     expect(processesNaming(out)).toEqual([]);
   }, 180_000);
 
+  it("Table 6 on its own config prints its full arm against that config's base, from the stored result", async () => {
+    const out = tempDir("agentrl-learning-shop-");
+    const report = (policy: string, invalid: number) => ({
+      schemaVersion: 1,
+      policy,
+      split: "test",
+      createdAt: "2026-01-01T00:00:00Z",
+      tasks: ["db", "os", "webshop"].map((task) => ({
+        task,
+        episodes: 4,
+        success: 0.25,
+        meanReward: 0.25,
+        meanTurns: 2,
+        statuses: { completed: 4 - invalid, "agent validation failed": invalid },
+      })),
+      averageSuccess: 0.25,
+    });
+    const stored = {
+      schemaVersion: 1,
+      arm: "ablation-full",
+      seed: 1,
+      config: "configs/learning-shop.yaml",
+      sets: ["seed=1", "trainer.mode=sync"],
+      wallSeconds: 60,
+      base: report("v0 (base)", 3),
+      newest: report("v40", 1),
+    };
+    mkdirSync(join(out, "ablation-full", "seed-1"), { recursive: true });
+    writeFileSync(join(out, "ablation-full", "seed-1", "result.json"), JSON.stringify(stored));
+    const dry = await runProcess(TSX, [
+      SCRIPT,
+      ...["--tables", "6", "--seeds", "1", "--out", out, "--dry-run"],
+      ...["--ablation-config", "configs/learning-shop.yaml"],
+    ]);
+    expect(dry.status, dry.stderr).toBe(0);
+    expect(dry.stderr).toContain("ablation-full seed 1: done before, skipped");
+    expect(dry.stdout).toContain("### Table 6's full arm: RL from the base (greedy test success, %)");
+    expect(dry.stdout).toMatch(/\n\| 1 \| 25\.0 \| 25\.0 \| 25\.0 \| 25\.0 \| 25\.0 \| 25\.0 \| 25\.0 \| 25\.0 \| /);
+    const endings = dry.stdout.slice(dry.stdout.indexOf("### Table 6's full arm: how the test episodes ended"));
+    for (const task of ["db", "os", "webshop"])
+      expect(endings).toContain(`| ${task} | agent validation failed | 3 | 1 |`);
+  });
+
   it("refuses bad flags, saying what is allowed", async () => {
     const seeds = await runProcess(TSX, [SCRIPT, "--seeds", "0"]);
     expect(seeds.status).toBe(2);
