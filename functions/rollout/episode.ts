@@ -52,11 +52,14 @@ function behaviourLogprobs(trace: GenerationTrace, rollout: RolloutConfig, pool:
   );
 }
 
+/** The attempt whose pool draws and sampling seeds every attempt replays. */
+const FIRST_ATTEMPT = 0;
+
 /**
  * One attempt at one rollout request: the agent loop of reference section 3.
  *
- * Prompt tokens (mask 0); per turn a policy drawn from the pool (seeded by trajectory, attempt
- * and turn), its generated ids + behaviour log-probs + per-token version and pool (mask 1); the
+ * Prompt tokens (mask 0); per turn a policy drawn from the pool (seeded by trajectory and turn),
+ * its generated ids + behaviour log-probs + per-token version and pool (mask 1); the
  * assistant message goes to the environment; its answer becomes observation tokens (mask 0).
  * Stops on `finish`, on `maxTurns` (`task limit reached`) or when the token budget is spent
  * (`agent context limit`). Only agent outcomes are scored (`isAgentOutcome`): a non-completed
@@ -98,7 +101,9 @@ export async function runEpisode(
     const tools = started.tools;
     const log = new TokenLog();
     log.context(codec.promptTokens(messages, tools));
-    const random = seededRandomFrom(deps.seed, trajectoryId, attempt, "pool");
+    // Every attempt draws what the first would have: an infrastructure failure says nothing about
+    // the sample, and a seeded run then gives the same trajectories however often load made it retry.
+    const random = seededRandomFrom(deps.seed, trajectoryId, FIRST_ATTEMPT, "pool");
     const counters = { retokenizedTurns: 0, staleTurns: 0, externalTurns: 0, truncatedTurns: 0, versionDiscards: 0 };
     let status: SampleStatus = started.finish ? started.status : "running";
     let envReward = started.reward;
@@ -125,7 +130,7 @@ export async function runEpisode(
             temperature: rollout.temperature,
             topP: rollout.topP,
             maxTokens: budget,
-            seed: hashString(`${deps.seed}/${trajectoryId}/${attempt}/${turns}`) & 0x7fffffff,
+            seed: hashString(`${deps.seed}/${trajectoryId}/${FIRST_ATTEMPT}/${turns}`) & 0x7fffffff,
             promptTokenIds: log.tokenIds,
             ...(request.policyVersion === undefined ? {} : { newestVersion: request.policyVersion }),
           },

@@ -152,6 +152,10 @@ describe("rollout worker with the example task, a real controller and a fake pol
     expect(summary).toMatchObject({ done: 1, infraRetries: 2, failed: 0 });
     const t = await stored(ready[0]!.key);
     expect(t).toMatchObject({ status: "completed", reward: 1, attempt: 2 });
+    // each attempt's first turn asked for the same sampling seed: a retry replays, so load cannot change a seeded run
+    const firstTurnSeeds = policy.requests.slice(0, 3).map((r) => r.seed);
+    expect(firstTurnSeeds[0]).toEqual(expect.any(Number));
+    expect(firstTurnSeeds).toEqual([firstTurnSeeds[0], firstTurnSeeds[0], firstTurnSeeds[0]]);
     await waitFor(() => stack.workers[0]?.sessionCount === 0, 5_000, "abandoned sessions cancelled");
   });
 
