@@ -101,30 +101,11 @@ export async function runPipeline(options: PipelineOptions): Promise<PipelineRes
       configFile,
       log,
     );
-    const controllerUrl = await startEnvStack(supervisor, {
-      ...(config.tasks.controllerUrl ? { controllerUrl: config.tasks.controllerUrl } : {}),
-      tasks: config.tasks.mix.map((t) => ({ name: t.name, concurrency: t.concurrency })),
-      workerRestarts: restarts,
-      controllerRestarts: restarts,
-      controllerToken: secrets.controllerSecret,
-      configFile,
-      ...(options.sessionIdleMs ? { sessionIdleMs: options.sessionIdleMs } : {}),
-      pools: {
-        stateDir: join(runDir, "envpool"),
-        idleTasks: config.tasks.mix.filter((t) => t.minWorkers === 0).map((t) => t.name),
-      },
-    });
-    const servers = { configFile, maxRestarts: restarts };
-    const currentUrl = await startPolicyServer(supervisor, { ...servers, name: "policy-current", pool: "current" });
-    const cross = config.rollout.crossPolicy;
-    const staleUrl =
-      cross.enabled && cross.staleProbability > 0
-        ? await startPolicyServer(supervisor, { ...servers, name: "policy-stale", pool: "stale" })
-        : undefined;
     const metricsFile = join(runDir, "metrics.jsonl");
     // These roles keep their state in the queues and stores, so a crashed one is restarted and
     // resumes: the trainer from its newest checkpoint and ledger, the feeder from its cursor, a
-    // rollout worker from the messages that come back after their visibility timeout.
+    // rollout worker from the messages that come back after their visibility timeout. The trainer
+    // needs only the stores, so it loads its model while the servers start.
     supervisor.start({
       name: "trainer",
       args: ["trainer", "--config", configFile, "--metrics", metricsFile],
@@ -132,6 +113,28 @@ export async function runPipeline(options: PipelineOptions): Promise<PipelineRes
       primary: true,
       maxRestarts: restarts,
     });
+    // The env stack and the policy servers need nothing of each other: they start side by side.
+    const servers = { configFile, maxRestarts: restarts };
+    const cross = config.rollout.crossPolicy;
+    const [controllerUrl, currentUrl, staleUrl] = await Promise.all([
+      startEnvStack(supervisor, {
+        ...(config.tasks.controllerUrl ? { controllerUrl: config.tasks.controllerUrl } : {}),
+        tasks: config.tasks.mix.map((t) => ({ name: t.name, concurrency: t.concurrency })),
+        workerRestarts: restarts,
+        controllerRestarts: restarts,
+        controllerToken: secrets.controllerSecret,
+        configFile,
+        ...(options.sessionIdleMs ? { sessionIdleMs: options.sessionIdleMs } : {}),
+        pools: {
+          stateDir: join(runDir, "envpool"),
+          idleTasks: config.tasks.mix.filter((t) => t.minWorkers === 0).map((t) => t.name),
+        },
+      }),
+      startPolicyServer(supervisor, { ...servers, name: "policy-current", pool: "current" }),
+      cross.enabled && cross.staleProbability > 0
+        ? startPolicyServer(supervisor, { ...servers, name: "policy-stale", pool: "stale" })
+        : undefined,
+    ]);
     const gatewayUrl = await startGatewayRole(supervisor, {
       config,
       configFile,
@@ -172,8 +175,7 @@ export async function runPipeline(options: PipelineOptions): Promise<PipelineRes
       if (gatewayUrl) producers.push("gateway");
       for (const role of producers) await supervisor.stop(role);
       await options.afterTraining?.({ controllerUrl, controllerToken: secrets.controllerSecret });
-      await supervisor.stop("policy-current");
-      if (staleUrl) await supervisor.stop("policy-stale");
+      await Promise.all([supervisor.stop("policy-current"), staleUrl ? supervisor.stop("policy-stale") : undefined]);
       const newest = await newestVersion(checkpoints);
       const evaluation = config.evaluation;
       if (evaluation.instances > 0 && newest !== undefined) {
@@ -183,13 +185,14 @@ export async function runPipeline(options: PipelineOptions): Promise<PipelineRes
           evaluation.instances,
         );
         const sampling = samplingSuffix(evaluation);
-        for (const version of newest === baseVersion ? [baseVersion] : [baseVersion, newest]) {
-          const policyUrl = await startPolicyServer(supervisor, {
-            name: `policy-eval-v${version}`,
-            configFile,
-            pool: "pinned",
-            version,
-          });
+        const versions = newest === baseVersion ? [baseVersion] : [baseVersion, newest];
+        // Both servers start at once (the second loads while the first is evaluated); one evaluation at a time.
+        const servers = versions.map((version) =>
+          startPolicyServer(supervisor, { name: `policy-eval-v${version}`, configFile, pool: "pinned", version }),
+        );
+        for (const server of servers) server.catch(() => undefined); // each is awaited in its turn below
+        for (const [i, version] of versions.entries()) {
+          const policyUrl = await supervisor.guard(servers[i] as Promise<string>);
           evals.push(
             await supervisor.guard(
               runEval({

@@ -115,6 +115,7 @@ export async function startEnvStack(supervisor: Supervisor, options: EnvStackOpt
       },
       // With pools, two process start-ups (pool, then its worker) come before a registration.
       pools ? 300_000 : 120_000,
+      supervisor.stopSignal,
     ),
   );
   return controllerUrl;

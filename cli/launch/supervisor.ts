@@ -1,6 +1,7 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { createWriteStream, mkdirSync, type WriteStream } from "node:fs";
 import { join } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
 import { AgentRlError } from "../../shared/errors.ts";
 import { addNiceness } from "./priority.ts";
@@ -72,6 +73,7 @@ interface Running {
 export class Supervisor {
   private readonly running: Running[] = [];
   private stopping = false;
+  private readonly stopAllCalled = new AbortController();
   private readonly unexpectedExit: Promise<RoleExit>;
   private reportUnexpected: (exit: RoleExit) => void = () => {};
 
@@ -175,6 +177,11 @@ export class Supervisor {
     }
   }
 
+  /** Aborted once `stopAll` runs: waits on the roles (a readiness poll) end with it. */
+  get stopSignal(): AbortSignal {
+    return this.stopAllCalled.signal;
+  }
+
   /** Resolves when a role exits on its own (a crash, or a failed primary): the run cannot go on. */
   failure(): Promise<RoleExit> {
     return this.unexpectedExit;
@@ -217,6 +224,7 @@ export class Supervisor {
   /** Stops every role (idempotent): SIGTERM in reverse order, SIGKILL after `graceMs`. */
   async stopAll(graceMs = 5_000): Promise<RoleExit[]> {
     this.stopping = true;
+    this.stopAllCalled.abort();
     const exits: RoleExit[] = [];
     for (const role of [...this.running].reverse()) exits.push(await this.terminate(role, graceMs));
     return exits;
@@ -233,12 +241,18 @@ function listeningUrl(line: string): string | undefined {
   }
 }
 
-/** Polls `probe` until it returns true or `timeoutMs` passes. */
-export async function waitFor(what: string, probe: () => Promise<boolean>, timeoutMs = 60_000): Promise<void> {
+/** Polls `probe` until it returns true, `timeoutMs` passes or `signal` aborts (each of the last two rejects). */
+export async function waitFor(
+  what: string,
+  probe: () => Promise<boolean>,
+  timeoutMs = 60_000,
+  signal?: AbortSignal,
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
+    if (signal?.aborted) throw new Error(`stopped while waiting for ${what}`);
     if (await probe().catch(() => false)) return;
     if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 200));
+    await sleep(200, undefined, signal ? { signal } : {}).catch(() => undefined);
   }
 }

@@ -1,7 +1,7 @@
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { Supervisor } from "../../cli/launch/supervisor.ts";
+import { Supervisor, waitFor } from "../../cli/launch/supervisor.ts";
 import {
   DATA_PARALLEL_NODE_FLAGS,
   missingNodeFlags,
@@ -28,6 +28,30 @@ describe("Supervisor", () => {
     expect(exits.map((e) => e.name)).toEqual(["bad-worker", "controller"]);
     expect(readFileSync(join(runDir, "logs", "bad-worker.log"), "utf8")).toMatch(/no-such-task/);
     await expect(fetch(`${url}/api/list_workers`)).rejects.toThrow();
+  });
+
+  it("stopAll ends a readiness wait on its roles at once, rather than at the wait's timeout", async () => {
+    const supervisor = new Supervisor(tempDir("agentrl-supervisor-wait-"));
+    let probes = 0;
+    const waiting = waitFor(
+      "a worker that never registers",
+      async () => {
+        probes += 1;
+        return false;
+      },
+      300_000,
+      supervisor.stopSignal,
+    );
+    const settled = expect(waiting).rejects.toThrow(/stopped while waiting for a worker that never registers/);
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    const started = Date.now();
+    await supervisor.stopAll();
+    await settled;
+    expect(Date.now() - started).toBeLessThan(30_000); // the wait's own timeout is 300 s
+    const probesAtStop = probes;
+    await new Promise((resolve) => setTimeout(resolve, 600));
+    expect(probes).toBe(probesAtStop); // no probe after the stop
+    expect(probesAtStop).toBeGreaterThan(1); // it did poll until then
   });
 
   it("waits a role's own stop grace before SIGKILL (a pool closing its workers), the call's grace otherwise", async () => {
