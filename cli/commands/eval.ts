@@ -127,15 +127,17 @@ export function register(program: Command): void {
     const stop = () => void supervisor.stopAll().then(() => process.exit(EXIT_CODES.interrupted));
     process.once("SIGINT", stop);
     try {
-      const controllerUrl = await startEnvStack(supervisor, {
-        ...(options.controller ? { controllerUrl: options.controller } : {}),
-        tasks: names.map((name) => ({ name, concurrency: options.concurrency })),
-        controllerToken: secrets.controllerSecret,
-      });
-      const policyUrl =
+      // The env stack and the pinned policy server start side by side.
+      const [controllerUrl, policyUrl] = await Promise.all([
+        startEnvStack(supervisor, {
+          ...(options.controller ? { controllerUrl: options.controller } : {}),
+          tasks: names.map((name) => ({ name, concurrency: options.concurrency })),
+          controllerToken: secrets.controllerSecret,
+        }),
         version === undefined
           ? policy
-          : await startPolicyServer(supervisor, { name: "policy-eval", configFile, pool: "pinned", version });
+          : startPolicyServer(supervisor, { name: "policy-eval", configFile, pool: "pinned", version }),
+      ]);
       const report = await supervisor.guard(
         runEval({
           controllerUrl,
