@@ -13,3 +13,17 @@ export function processesNaming(text: string): string[] {
   }
   return found;
 }
+
+/** Process ids of the running processes whose command line mentions every one of `texts`. */
+export function processIdsNaming(...texts: string[]): number[] {
+  const found: number[] = [];
+  for (const pid of readdirSync("/proc").filter((name) => /^\d+$/.test(name))) {
+    try {
+      const command = readFileSync(`/proc/${pid}/cmdline`, "utf8").replaceAll("\0", " ");
+      if (texts.every((text) => command.includes(text))) found.push(Number(pid));
+    } catch {
+      // The process ended while we looked.
+    }
+  }
+  return found;
+}
