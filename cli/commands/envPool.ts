@@ -99,11 +99,12 @@ export function registerPool(env: Command): void {
     const maxAgeSeconds = options.maxAge ?? entry.maxAgeSeconds;
     const { readSecrets } = await import("../../shared/security/secrets.ts");
     const { controllerSecret } = readSecrets();
-    // With a config, queued rollout requests count as demand (this task's weight share of them).
+    // With a config, queued rollout requests count as demand (this task's weight share of them),
+    // as many as the rollout workers can start (this task's share of their episode slots).
     const transport = config
       ? await (await import("../../shared/transport/index.ts")).createRoleTransport(config, "envpool")
       : undefined;
-    const { queuedDemand } = await import("../../functions/envpool/policy.ts");
+    const { taskShare } = await import("../../functions/envpool/policy.ts");
     const totalWeight = config?.tasks.mix.reduce((sum, e) => sum + e.weight, 0) ?? 0;
     const requests = transport?.queue("rollout-requests");
     const manager = new PoolManager({
@@ -119,10 +120,15 @@ export function registerPool(env: Command): void {
       warmWorkers: options.warm ?? entry.warmWorkers,
       exclusive: options.exclusive ?? entry.exclusive,
       tickMs: options.tickMs,
-      ...(requests
+      ...(requests && config
         ? {
             pendingDemand: async () =>
-              queuedDemand((await requests.approximateDepth()).visible, entry.weight, totalWeight),
+              taskShare((await requests.approximateDepth()).visible, entry.weight, totalWeight),
+            startableSessions: taskShare(
+              config.rollout.workers * config.rollout.concurrency,
+              entry.weight,
+              totalWeight,
+            ),
           }
         : {}),
       log,

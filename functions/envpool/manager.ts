@@ -34,6 +34,8 @@ export interface PoolOptions {
   readonly drainTimeoutMs?: number;
   /** This task's share of queued work (e.g. rollout-requests depth); read once per decision. */
   readonly pendingDemand?: () => Promise<number>;
+  /** Sessions of this task the rollout workers can hold at once; queued work counts up to it (see `Demand.startable`). */
+  readonly startableSessions?: number;
   readonly log: Logger;
 }
 
@@ -216,8 +218,9 @@ export class PoolManager {
     const ready = live.filter((c) => c.state === "ready" && c.info && !c.info.draining);
     const starting = live.filter((c) => c.state === "starting");
     const inUse = ready.reduce((n, c) => n + (c.info?.current ?? 0), 0);
+    const startable = this.options.startableSessions;
     const desired = desiredWorkers(
-      { inUse, pending, rejected },
+      { inUse, pending, rejected, ...(startable === undefined ? {} : { startable }) },
       {
         slotsPerWorker: this.spec.concurrency,
         minWorkers: this.options.minWorkers,

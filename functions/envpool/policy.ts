@@ -1,7 +1,8 @@
 /**
  * The sizing rule of an env pool, pure so it can be tested without processes: enough workers
- * for the sessions in use plus the demand that is waiting (queued rollout requests, start_sample
- * calls the controller answered 406), plus the warm pool, between min and max.
+ * for the sessions in use plus the demand that is waiting (queued rollout requests the rollout
+ * workers can start, start_sample calls the controller answered 406), plus the warm pool, between
+ * min and max.
  */
 export interface Demand {
   /** Sessions open on ready (not draining) workers. */
@@ -10,6 +11,12 @@ export interface Demand {
   readonly pending: number;
   /** start_sample calls answered 406 since the previous decision. */
   readonly rejected: number;
+  /**
+   * Sessions of this task the rollout workers can hold at once (its weight share of their
+   * episode slots). Queued requests count only up to it: the rest wait in the queue for a free
+   * rollout slot, not for an env worker. Unset: every queued request counts.
+   */
+  readonly startable?: number;
 }
 
 export interface Sizing {
@@ -23,19 +30,22 @@ export interface Sizing {
 
 /** Workers wanted now (ready + starting). */
 export function desiredWorkers(demand: Demand, sizing: Sizing): number {
-  const wanted = Math.max(0, demand.inUse) + Math.max(0, demand.pending) + Math.max(0, demand.rejected);
+  const inUse = Math.max(0, demand.inUse);
+  const queued = Math.max(0, demand.pending);
+  const startable = demand.startable === undefined ? queued : Math.min(queued, Math.max(0, demand.startable - inUse));
+  const wanted = inUse + startable + Math.max(0, demand.rejected);
   const busy = Math.ceil(wanted / sizing.slotsPerWorker);
   return Math.min(sizing.maxWorkers, Math.max(sizing.minWorkers, busy + sizing.warmWorkers));
 }
 
 /**
- * This task's share of the queued rollout requests: the queue holds every task's requests, and
- * the feeder draws tasks by their mix weights, so the share is the weight's (rounded up, so one
- * queued request of a rare task still counts).
+ * This task's share of a count over all tasks (the queued rollout requests, the rollout workers'
+ * episode slots): the feeder draws tasks by their mix weights, so the share is the weight's
+ * (rounded up, so one queued request of a rare task still counts).
  */
-export function queuedDemand(visibleRequests: number, taskWeight: number, totalWeight: number): number {
-  if (!(visibleRequests > 0) || !(taskWeight > 0) || !(totalWeight > 0)) return 0;
-  return Math.ceil((visibleRequests * taskWeight) / totalWeight);
+export function taskShare(count: number, taskWeight: number, totalWeight: number): number {
+  if (!(count > 0) || !(taskWeight > 0) || !(totalWeight > 0)) return 0;
+  return Math.ceil((count * taskWeight) / totalWeight);
 }
 
 /** p-th percentile (0..100) of `values` by nearest rank; undefined when empty. */
