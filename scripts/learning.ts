@@ -18,7 +18,7 @@
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { join, resolve } from "node:path";
+import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { z } from "zod";
@@ -31,9 +31,11 @@ import {
   ArmResult,
   advantageSummary,
   advantageTable,
+  droppedMembersOf,
   endingTable,
   type KindOf,
   kindTable,
+  seededNote,
   table3,
   table4,
   table6,
@@ -151,7 +153,21 @@ function resultFile(out: string, arm: string, seed: number): string {
 function readResult(file: string): ArmResult | undefined {
   if (!existsSync(file)) return undefined;
   const parsed = ArmResult.safeParse(JSON.parse(readFileSync(file, "utf8")));
-  return parsed.success ? parsed.data : undefined;
+  if (!parsed.success) return undefined;
+  // A result stored before droppedMembers was kept: count them from its run's metrics when they are there.
+  const metricsFile = join(dirname(file), "metrics.jsonl");
+  if (parsed.data.droppedMembers !== undefined || !existsSync(metricsFile)) return parsed.data;
+  const steps = readFileSync(metricsFile, "utf8")
+    .split("\n")
+    .flatMap((line) => {
+      try {
+        const metrics = (JSON.parse(line) as { metrics?: unknown }).metrics;
+        return metrics && typeof metrics === "object" ? [metrics as Record<string, unknown>] : [];
+      } catch {
+        return [];
+      }
+    });
+  return { ...parsed.data, droppedMembers: droppedMembersOf(steps) };
 }
 
 /**
@@ -225,6 +241,7 @@ async function runArm(arm: Arm, seed: number, flags: z.infer<typeof Flags>): Pro
     base,
     newest,
     advantages: advantageSummary(steps.map((step) => step.metrics)),
+    droppedMembers: droppedMembersOf(steps.map((step) => step.metrics)),
   };
   writeFileSync(resultFile(flags.out, arm.name, seed), `${JSON.stringify(result)}\n`);
 }
@@ -331,7 +348,9 @@ if (full.length > 0 && flags.tables.has(6)) {
 }
 const compute = [...results.values()].flat().reduce((s, r) => s + r.wallSeconds, 0);
 const runs = [...results.values()].flat().length;
-sections.push(`${runs} runs, ${(compute / 3600).toFixed(2)} h of wall time in all (each run's own time).`);
+sections.push(
+  `${runs} runs, ${(compute / 3600).toFixed(2)} h of wall time in all (each run's own time). ${seededNote([...results.values()].flat())}`,
+);
 const markdown = `${sections.join("\n\n")}\n`;
 if (!flags["dry-run"]) {
   mkdirSync(flags.out, { recursive: true });

@@ -23,8 +23,36 @@ export const ArmResult = z.object({
    * trainer-image/trainer/batch.ts advantageMetrics): what task normalization and the stale pool did.
    */
   advantages: z.record(z.string(), z.number()).optional(),
+  /**
+   * Group members dropped after every attempt failed (`rollout/env_failures` summed over steps):
+   * a step that lost one trained a smaller batch than its seed drew, so the arm is not the seeded
+   * result. Retried episodes replay their draws and do not count. Absent in results stored before it was kept.
+   */
+  droppedMembers: z.number().int().nonnegative().optional(),
 });
 export type ArmResult = z.infer<typeof ArmResult>;
+
+/** Members dropped over a run's steps (`rollout/env_failures` per step in metrics.jsonl lines). */
+export function droppedMembersOf(lines: readonly Record<string, unknown>[]): number {
+  return lines.reduce((sum, line) => {
+    const dropped = line["rollout/env_failures"];
+    return sum + (typeof dropped === "number" && Number.isFinite(dropped) ? dropped : 0);
+  }, 0);
+}
+
+/**
+ * Whether every arm trained the batches its seed drew: names each arm that dropped group members
+ * (and how many), or says none did; arms stored without the count are counted apart.
+ */
+export function seededNote(results: readonly ArmResult[]): string {
+  const unknown = results.filter((r) => r.droppedMembers === undefined).length;
+  const dropped = bySeed(results.filter((r) => (r.droppedMembers ?? 0) > 0));
+  const unrecorded = unknown > 0 ? ` (${unknown} stored without the count)` : "";
+  if (dropped.length === 0)
+    return `No arm dropped a group member${unrecorded}: every step trained the batch its seed drew.`;
+  const named = dropped.map((r) => `${r.arm} seed ${r.seed} (${r.droppedMembers})`).join(", ");
+  return `Arms that dropped group members after every retry failed, so trained smaller batches than their seeds drew and are not the seeded result: ${named}${unrecorded}.`;
+}
 
 const ADVANTAGE_KEY = /^(task\/[^/]+\/adv_[a-z_]+|pool\/[^/]+\/(tokens|adv_mean))$/;
 

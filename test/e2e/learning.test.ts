@@ -39,7 +39,9 @@ describe("npm run learning", () => {
     // The arm keeps the advantage statistics its steps recorded (under each line's `metrics`).
     const result = JSON.parse(readFileSync(join(out, "multi", "seed-1", "result.json"), "utf8")) as {
       advantages: Record<string, number>;
+      droppedMembers: number;
     };
+    expect(result.droppedMembers).toBe(0);
     const recorded = new Set(
       readFileSync(join(out, "multi", "seed-1", "metrics.jsonl"), "utf8")
         .split("\n")
@@ -57,7 +59,9 @@ describe("npm run learning", () => {
     expect(first.stdout).toMatch(
       /\n\| 1 \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \| [+−][^\n]*\n\| 2 \| [\d.]+ /,
     );
-    expect(first.stdout).toMatch(/2 runs, [\d.]+ h of wall time/);
+    expect(first.stdout).toMatch(
+      /2 runs, [\d.]+ h of wall time in all \(each run's own time\)\. No arm dropped a group member: every step trained the batch its seed drew\./,
+    );
 
     const again = await runProcess(TSX, args, { timeoutMs: 60_000 });
     expect(again.status, again.stderr).toBe(0);

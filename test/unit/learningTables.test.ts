@@ -3,11 +3,13 @@ import {
   type ArmResult,
   advantageSummary,
   advantageTable,
+  droppedMembersOf,
   endingTable,
   fixed,
   kindTable,
   meanAndRange,
   pairedPoints,
+  seededNote,
   signed,
   table3,
   table4,
@@ -167,6 +169,25 @@ describe("learning tables", () => {
     expect(md).toContain("| full (base avg 0.0) | 50.0 | 50.0 | 50.0 | – |");
     expect(md).toContain("| without cross-policy sampling | 30.0 | 50.0 | 40.0 | s1 −10.0 ");
     expect(md).toContain("| without task advantage normalization | – | – | – | – |");
+  });
+
+  it("dropped members: summed over steps, and the note names each arm that dropped any", () => {
+    expect(droppedMembersOf([{ "rollout/env_failures": 2 }, { "loss/total": 1 }, { "rollout/env_failures": 1 }])).toBe(
+      3,
+    );
+    expect(droppedMembersOf([])).toBe(0);
+    const clean = [arm("multi", 1, { db: 1 }, { db: 1 }), arm("multi", 2, { db: 1 }, { db: 1 })].map((r) => ({
+      ...r,
+      droppedMembers: 0,
+    }));
+    expect(seededNote(clean)).toBe("No arm dropped a group member: every step trained the batch its seed drew.");
+    expect(seededNote([...clean, arm("no-task-norm", 1, { db: 1 }, { db: 1 })])).toBe(
+      "No arm dropped a group member (1 stored without the count): every step trained the batch its seed drew.",
+    );
+    const lossy = { ...arm("no-cross-policy", 3, { db: 1 }, { db: 1 }), droppedMembers: 4 };
+    expect(seededNote([...clean, lossy])).toBe(
+      "Arms that dropped group members after every retry failed, so trained smaller batches than their seeds drew and are not the seeded result: no-cross-policy seed 3 (4).",
+    );
   });
 
   it("advantage summary: the mean over steps of the advantage keys only, a step without a key not counted for it", () => {
