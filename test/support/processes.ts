@@ -1,12 +1,11 @@
 import { readdirSync, readFileSync } from "node:fs";
 
-/** Command lines of the running processes that mention `text` (a run folder, a temp dir). */
-export function processesNaming(text: string): string[] {
-  const found: string[] = [];
+/** Every running process's id and command line (arguments joined by spaces). */
+function runningProcesses(): Array<{ readonly pid: number; readonly command: string }> {
+  const found: Array<{ pid: number; command: string }> = [];
   for (const pid of readdirSync("/proc").filter((name) => /^\d+$/.test(name))) {
     try {
-      const command = readFileSync(`/proc/${pid}/cmdline`, "utf8").replaceAll("\0", " ");
-      if (command.includes(text)) found.push(command);
+      found.push({ pid: Number(pid), command: readFileSync(`/proc/${pid}/cmdline`, "utf8").replaceAll("\0", " ") });
     } catch {
       // The process ended while we looked.
     }
@@ -14,16 +13,16 @@ export function processesNaming(text: string): string[] {
   return found;
 }
 
+/** Command lines of the running processes that mention `text` (a run folder, a temp dir). */
+export function processesNaming(text: string): string[] {
+  return runningProcesses()
+    .filter((p) => p.command.includes(text))
+    .map((p) => p.command);
+}
+
 /** Process ids of the running processes whose command line mentions every one of `texts`. */
 export function processIdsNaming(...texts: string[]): number[] {
-  const found: number[] = [];
-  for (const pid of readdirSync("/proc").filter((name) => /^\d+$/.test(name))) {
-    try {
-      const command = readFileSync(`/proc/${pid}/cmdline`, "utf8").replaceAll("\0", " ");
-      if (texts.every((text) => command.includes(text))) found.push(Number(pid));
-    } catch {
-      // The process ended while we looked.
-    }
-  }
-  return found;
+  return runningProcesses()
+    .filter((p) => texts.every((text) => p.command.includes(text)))
+    .map((p) => p.pid);
 }
