@@ -187,12 +187,12 @@ export async function runPipeline(options: PipelineOptions): Promise<PipelineRes
         const sampling = samplingSuffix(evaluation);
         const versions = newest === baseVersion ? [baseVersion] : [baseVersion, newest];
         // Both servers start at once (the second loads while the first is evaluated); one evaluation at a time.
-        const servers = versions.map((version) =>
+        const evalServers = versions.map((version) =>
           startPolicyServer(supervisor, { name: `policy-eval-v${version}`, configFile, pool: "pinned", version }),
         );
-        for (const server of servers) server.catch(() => undefined); // each is awaited in its turn below
+        for (const server of evalServers) server.catch(() => undefined); // each is awaited in its turn below
         for (const [i, version] of versions.entries()) {
-          const policyUrl = await supervisor.guard(servers[i] as Promise<string>);
+          const policyUrl = await supervisor.guard(evalServers[i] as Promise<string>);
           evals.push(
             await supervisor.guard(
               runEval({

@@ -32,8 +32,9 @@ export interface Sizing {
 export function desiredWorkers(demand: Demand, sizing: Sizing): number {
   const inUse = Math.max(0, demand.inUse);
   const queued = Math.max(0, demand.pending);
-  const startable = demand.startable === undefined ? queued : Math.min(queued, Math.max(0, demand.startable - inUse));
-  const wanted = inUse + startable + Math.max(0, demand.rejected);
+  const startableQueued =
+    demand.startable === undefined ? queued : Math.min(queued, Math.max(0, demand.startable - inUse));
+  const wanted = inUse + startableQueued + Math.max(0, demand.rejected);
   const busy = Math.ceil(wanted / sizing.slotsPerWorker);
   return Math.min(sizing.maxWorkers, Math.max(sizing.minWorkers, busy + sizing.warmWorkers));
 }
