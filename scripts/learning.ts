@@ -150,24 +150,15 @@ function resultFile(out: string, arm: string, seed: number): string {
   return join(out, arm, `seed-${seed}`, "result.json");
 }
 
-function readResult(file: string): ArmResult | undefined {
+async function readResult(file: string): Promise<ArmResult | undefined> {
   if (!existsSync(file)) return undefined;
   const parsed = ArmResult.safeParse(JSON.parse(readFileSync(file, "utf8")));
   if (!parsed.success) return undefined;
   // A result stored before droppedMembers was kept: count them from its run's metrics when they are there.
   const metricsFile = join(dirname(file), "metrics.jsonl");
   if (parsed.data.droppedMembers !== undefined || !existsSync(metricsFile)) return parsed.data;
-  const steps = readFileSync(metricsFile, "utf8")
-    .split("\n")
-    .flatMap((line) => {
-      try {
-        const metrics = (JSON.parse(line) as { metrics?: unknown }).metrics;
-        return metrics && typeof metrics === "object" ? [metrics as Record<string, unknown>] : [];
-      } catch {
-        return [];
-      }
-    });
-  return { ...parsed.data, droppedMembers: droppedMembersOf(steps) };
+  const steps = await readMetrics(metricsFile);
+  return { ...parsed.data, droppedMembers: droppedMembersOf(steps.map((step) => step.metrics)) };
 }
 
 /**
@@ -277,7 +268,7 @@ const seeds = Array.from({ length: flags.seeds }, (_, i) => i + 1);
 const queue: { arm: Arm; seed: number }[] = [];
 for (const arm of arms) {
   for (const seed of seeds) {
-    if (readResult(resultFile(flags.out, arm.name, seed))) {
+    if (await readResult(resultFile(flags.out, arm.name, seed))) {
       console.error(`[learning] ${arm.name} seed ${seed}: done before, skipped`);
     } else if (flags["dry-run"]) {
       console.error(
@@ -308,7 +299,7 @@ if (failures.length > 0) {
 const results = new Map<string, ArmResult[]>();
 for (const arm of arms) {
   for (const seed of seeds) {
-    const result = readResult(resultFile(flags.out, arm.name, seed));
+    const result = await readResult(resultFile(flags.out, arm.name, seed));
     if (result) results.set(arm.name, [...(results.get(arm.name) ?? []), result]);
   }
 }
