@@ -157,6 +157,10 @@ export class PoolManager {
   private async decide(): Promise<void> {
     const { task, driver, log } = this.options;
     const now = Date.now();
+    // A stop under way may finish while the listings are read: its worker then reads as stopped
+    // or gone, which is what the stop wanted, not a death. Remember which stops were under way.
+    const stoppedHere = new Set(this.stopping.keys());
+    const beingStopped = (id: string) => stoppedHere.has(id) || this.stopping.has(id);
     const [listing, platform, pending] = await Promise.all([
       this.client.listWorkers(),
       driver.list(),
@@ -174,13 +178,13 @@ export class PoolManager {
     for (const worker of platform) {
       present.add(worker.id);
       if (worker.state === "stopped") {
-        if (!this.stopping.has(worker.id)) {
+        if (!beingStopped(worker.id)) {
           this.counters.replacements += 1;
           log.warn({ decision: "replace", task, id: worker.id, why: "worker exited" }, "env worker died; replacing");
         }
         continue;
       }
-      if (this.stopping.has(worker.id)) {
+      if (beingStopped(worker.id)) {
         live.push({ worker, info: undefined, state: "stopping" });
         continue;
       }
@@ -188,7 +192,7 @@ export class PoolManager {
     }
     // A worker we knew that vanished from the platform without us stopping it died too.
     for (const id of this.known)
-      if (!present.has(id) && !this.stopping.has(id)) {
+      if (!present.has(id) && !beingStopped(id)) {
         this.counters.replacements += 1;
         log.warn({ decision: "replace", task, id, why: "worker gone from the platform" }, "env worker lost; replacing");
       }
