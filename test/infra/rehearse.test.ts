@@ -1,10 +1,17 @@
 import { describe, expect, it } from "vitest";
-import { type RehearsalTemplates, rehearse, synthesizeForRehearsal } from "../../infra/rehearse/rehearse.ts";
+import {
+  REHEARSAL_GATEWAY_CONFIG,
+  type RehearsalTemplates,
+  rehearse,
+  synthesizeForRehearsal,
+} from "../../infra/rehearse/rehearse.ts";
 
 /**
  * The deploy rehearsal (infra/rehearse/rehearse.ts, `npm run rehearse`): the stacks deployed into
  * moto with IAM enforced, one IAM user per task role with exactly the synthesized statements, v0
- * published as docs/deploy.md says, every role its own process through `agentrl container`.
+ * published as docs/deploy.md says, every role its own process through `agentrl container`. The
+ * full run has `gateway.port` set, so the gateway runs as one more role (one rehearsal instead of
+ * two; test/infra/containers.test.ts rehearses the deployment without it, every role a container).
  */
 // The SDK's Node 20 notice would only clutter the output (as in test/support/moto.ts).
 process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= "true";
@@ -17,13 +24,15 @@ describe("deploy rehearsal under enforced IAM", () => {
     return { log: (line) => lines.push(line), text: () => lines.join("\n") };
   };
 
-  it("runs every role with its own task role's permissions until the trainer publishes v1 and v2", async () => {
-    templates = synthesizeForRehearsal();
+  it("runs every role and the gateway with its own task role's permissions until the trainer publishes v1 to v3", async () => {
     const run = logged();
-    const result = await rehearse({ templates, log: run.log });
+    const result = await rehearse({ templates: synthesizeForRehearsal(REHEARSAL_GATEWAY_CONFIG), log: run.log });
     expect(result.failure, run.text()).toBe("");
     expect(result.denials).toEqual([]);
-    expect(result.versions).toEqual([0, 1, 2]);
+    expect(result.versions).toEqual([0, 1, 2, 3]);
+    // The gateway served one agent session end to end through the deployed policy server.
+    expect(run.text()).toMatch(/gateway session gs-\S+ \(after \d+ 429s\): released, trajectories \["gs-\S+-seg0"\]/);
+    expect(result.readySeconds.gateway).toBeGreaterThan(0);
     // Each consumer failed its poison message to the queue's DLQ with the reason, after
     // maxReceiveCount deliveries (handed back with ChangeMessageVisibility before), and went on.
     expect(Object.keys(result.deadLetters).sort()).toEqual(["policy-events", "rollout-requests", "trajectories"]);
@@ -33,13 +42,13 @@ describe("deploy rehearsal under enforced IAM", () => {
     expect(result.deadLetters["rollout-requests"]?.[0]?.reason).toMatch(/invalid RolloutRequest: index/);
     expect(result.deadLetters["policy-events"]?.[0]?.reason).toMatch(/not a PolicyPublished event/);
     // Every grant was the only one permitting some request of the run (dropping it fails the run),
-    // dead-letter and visibility grants included, but for one: the trainer reads only trajectories
-    // that exist, so its ListBucket on that bucket (S3's 404 for a missing key) stays unused.
+    // the gateway's and dead-letter and visibility grants included, but for one: the trainer reads
+    // only trajectories that exist, so its ListBucket on that bucket (S3's 404 for a missing key) stays unused.
     expect(result.unneededGrants.map((g) => [g.role, g.action])).toEqual([["trainer", "s3:ListBucket"]]);
     expect(result.unneededGrants[0]?.resource).toMatch(/^arn:aws:s3:::agentrlstores-storestrajectories/);
     // Every role but the trainer (which exits by itself) was still running and stopped on SIGTERM.
     expect(Object.keys(result.stops).sort()).toEqual(
-      ["controller", "env:db", "feeder", "policy:current", "policy:stale", "rollout"].sort(),
+      ["controller", "env:db", "feeder", "gateway", "policy:current", "policy:stale", "rollout"].sort(),
     );
     for (const [key, stop] of Object.entries(result.stops)) {
       expect(stop.exitCode, key).toBe(0);
@@ -49,6 +58,7 @@ describe("deploy rehearsal under enforced IAM", () => {
   }, 400_000);
 
   it("fails naming role, action and resource when one needed grant is removed", async () => {
+    templates = synthesizeForRehearsal();
     const run = logged();
     const result = await rehearse({
       templates: templates ?? synthesizeForRehearsal(),

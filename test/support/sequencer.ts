@@ -16,7 +16,6 @@ const LONG_FIRST = [
   "test/infra/rehearse.test.ts",
   "test/unit/cliConventions.test.ts",
   "test/unit/cli.test.ts",
-  "test/infra/rehearse-gateway.test.ts",
   "test/agentbench/os-sandbox.test.ts",
   "test/gateway/train-run.test.ts",
   "test/model/dataParallel.test.ts",
