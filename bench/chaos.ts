@@ -10,7 +10,7 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { parseArgs } from "node:util";
+import { readScriptArgs, usageError } from "../shared/commandLine.ts";
 import { createLogger } from "../shared/log.ts";
 import { formatReport, runChaos } from "./chaosRun.ts";
 
@@ -22,7 +22,8 @@ import { formatReport, runChaos } from "./chaosRun.ts";
  */
 const STEPS_PER_MINUTE = 60;
 
-const { values } = parseArgs({
+const SCRIPT = { command: "npm run chaos --", usage: "[--minutes N] [--steps S] [--seed K] [--keep]" };
+const { values } = readScriptArgs(SCRIPT, {
   options: {
     minutes: { type: "string", default: "3" },
     steps: { type: "string" },
@@ -32,9 +33,12 @@ const { values } = parseArgs({
 });
 const minutes = Number(values.minutes);
 if (!Number.isFinite(minutes) || minutes <= 0)
-  throw new Error(`--minutes must be a positive number, got ${values.minutes}`);
+  usageError(SCRIPT, `--minutes must be a positive number, got ${values.minutes}`);
 const steps = values.steps === undefined ? Math.max(4, Math.ceil(minutes * STEPS_PER_MINUTE)) : Number(values.steps);
-if (!Number.isInteger(steps) || steps < 1) throw new Error(`--steps must be a positive integer, got ${values.steps}`);
+if (!Number.isInteger(steps) || steps < 1)
+  usageError(SCRIPT, `--steps must be a positive integer, got ${values.steps}`);
+const seed = Number(values.seed);
+if (!Number.isInteger(seed)) usageError(SCRIPT, `--seed must be an integer, got ${values.seed}`);
 
 const dir = mkdtempSync(join(tmpdir(), "agentrl-chaos-"));
 process.stderr.write(`chaos run: ${minutes} min of kills, ${steps} steps, folder ${dir}\n`);
@@ -45,7 +49,7 @@ try {
     rounds: 10_000,
     chaosMs: minutes * 60_000,
     pauseMs: [2_000, 10_000],
-    seed: Number(values.seed),
+    seed,
     log: createLogger({ role: "chaos" }),
   });
   process.stdout.write(`${formatReport(report)}\n`);

@@ -38,17 +38,20 @@ import { Agent, request } from "node:http";
 import { cpus, loadavg } from "node:os";
 import { resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { parseArgs } from "node:util";
 import { z } from "zod";
 import { exampleNumbers, exampleTask } from "../env-images/example/index.ts";
 import type { RunningController } from "../functions/controller/controller.ts";
+import { readScriptArgs, validateScriptArgs } from "../shared/commandLine.ts";
 import { type RunningWorker, serveTask } from "../shared/env/worker.ts";
 import { createLogger } from "../shared/log.ts";
 import { ControllerSummary, printSummary } from "./summary.ts";
 
-const USAGE =
-  "usage: tsx bench/controller.ts [--sessions N] [--workers N] [--worker-procs N] [--clients N] [--phase-s N] " +
-  "[--p99-bound-ms N] [--max-rate N] [--budget-s N] [--controller-module PATH] [--cpu-prof-dir DIR]";
+const SCRIPT = {
+  command: "npm run bench:controller --",
+  usage:
+    "[--sessions N] [--workers N] [--worker-procs N] [--clients N] [--phase-s N] " +
+    "[--p99-bound-ms N] [--max-rate N] [--budget-s N] [--controller-module PATH] [--cpu-prof-dir DIR]",
+};
 
 const Options = z.object({
   sessions: z.coerce.number().int().min(1).default(10_000),
@@ -610,16 +613,10 @@ async function waitForWorkers(url: string, count: number): Promise<void> {
 }
 
 function parseOptions(): Options {
-  try {
-    const { values } = parseArgs({
-      args: argv(),
-      options: Object.fromEntries(Object.keys(Options.shape).map((key) => [key, { type: "string" as const }])),
-      strict: true,
-    });
-    return Options.parse(values);
-  } catch (error) {
-    throw new Error(`${USAGE}\n${error instanceof Error ? error.message : String(error)}`);
-  }
+  const { values } = readScriptArgs(SCRIPT, {
+    options: Object.fromEntries(Object.keys(Options.shape).map((key) => [key, { type: "string" as const }])),
+  });
+  return validateScriptArgs(SCRIPT, Options, values);
 }
 
 const role = process.env.BENCH_ROLE;

@@ -615,8 +615,13 @@ export function copyTable(probes: readonly CheckpointProbe[], options: { n: numb
 async function main(): Promise<void> {
   process.env.AGENTRL_LOG_LEVEL ??= "warn";
   let args: CopyArgs;
+  const argv = process.argv.slice(2);
+  if (argv.includes("--help") || argv.includes("-h")) {
+    process.stdout.write(`${USAGE}\n`);
+    process.exit(0);
+  }
   try {
-    args = await parseCopyArgs(process.argv.slice(2));
+    args = await parseCopyArgs(argv);
   } catch (error) {
     if (!(error instanceof CopyArgsError)) throw error;
     process.stderr.write(`bench:copy: ${error.message}\n`);

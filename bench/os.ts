@@ -10,10 +10,10 @@
  *
  * Options: --task os-std|os-dev|os-env_train (os-std), --episodes 12, --concurrency 1,2,4
  */
-import { parseArgs } from "node:util";
 import { z } from "zod";
 import { TASK_MODULES } from "../env-images/registry.ts";
 import { percentile } from "../functions/envpool/policy.ts";
+import { readScriptArgs, validateScriptArgs } from "../shared/commandLine.ts";
 import { runnableIndices, runScripted } from "../shared/env/session.ts";
 import type { Episode, TaskDefinition } from "../shared/env/task.ts";
 import { figure, load1, OsSummary, printSummary } from "./summary.ts";
@@ -27,8 +27,14 @@ const Options = z.object({
     .pipe(z.array(z.number().int().min(1).max(32)).min(1)),
 });
 
-const parsed = Options.safeParse(
-  parseArgs({
+const SCRIPT = {
+  command: "npm run bench:os --",
+  usage: "[--task os-std|os-dev|os-env_train] [--episodes 1..1000] [--concurrency a list such as 1,2,4]",
+};
+const options = validateScriptArgs(
+  SCRIPT,
+  Options,
+  readScriptArgs(SCRIPT, {
     options: {
       task: { type: "string", default: "os-std" },
       episodes: { type: "string", default: "12" },
@@ -36,14 +42,6 @@ const parsed = Options.safeParse(
     },
   }).values,
 );
-if (!parsed.success) {
-  const issue = parsed.error.issues[0];
-  console.error(
-    `bench:os: --${String(issue?.path[0])}: ${issue?.message} (allowed: --task os-std|os-dev|os-env_train, --episodes 1..1000, --concurrency a list such as 1,2,4)`,
-  );
-  process.exit(2);
-}
-const options = parsed.data;
 
 const module = await TASK_MODULES[options.task]!();
 const all = Array.from({ length: module.task.splits.test.end }, (_, i) => i);

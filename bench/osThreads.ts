@@ -10,13 +10,13 @@
  *
  * Options: --concurrency 32 (1..64), --rounds 6 (1..100)
  */
-import { parseArgs } from "node:util";
 import { Worker } from "node:worker_threads";
 import { z } from "zod";
 import { osExpert } from "../env-images/os/agents.ts";
 import { OS_SPLITS } from "../env-images/os/generator.ts";
 import { ShellPool } from "../env-images/os/sandbox.ts";
 import { createOsTask } from "../env-images/os/task.ts";
+import { readScriptArgs, validateScriptArgs } from "../shared/commandLine.ts";
 import { runScripted } from "../shared/env/session.ts";
 import { figure, load1, OsThreadsSummary, printSummary } from "./summary.ts";
 
@@ -24,18 +24,14 @@ const Options = z.object({
   concurrency: z.coerce.number().int().min(1).max(64),
   rounds: z.coerce.number().int().min(1).max(100),
 });
-const parsed = Options.safeParse(
-  parseArgs({ options: { concurrency: { type: "string", default: "32" }, rounds: { type: "string", default: "6" } } })
-    .values,
+const SCRIPT = { command: "npm run bench:os-threads --", usage: "[--concurrency 1..64] [--rounds 1..100]" };
+const { concurrency, rounds } = validateScriptArgs(
+  SCRIPT,
+  Options,
+  readScriptArgs(SCRIPT, {
+    options: { concurrency: { type: "string", default: "32" }, rounds: { type: "string", default: "6" } },
+  }).values,
 );
-if (!parsed.success) {
-  const issue = parsed.error.issues[0];
-  console.error(
-    `bench:os-threads: --${String(issue?.path[0])}: ${issue?.message} (allowed: --concurrency 1..64, --rounds 1..100)`,
-  );
-  process.exit(2);
-}
-const { concurrency, rounds } = parsed.data;
 const SHELL_WORKER = new URL("../env-images/os/shellWorker.mjs", import.meta.url);
 
 async function play(maxIdle: number | undefined, shape: { concurrency: number; rounds: number }) {

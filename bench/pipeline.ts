@@ -29,7 +29,6 @@ import { spawn } from "node:child_process";
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { parseArgs } from "node:util";
 import pino from "pino";
 import { z } from "zod";
 import { runPipeline } from "../cli/launch/pipeline.ts";
@@ -38,6 +37,7 @@ import { AGENTRL_BIN } from "../cli/launch/supervisor.ts";
 import { readMetrics } from "../cli/report/report.ts";
 import { LATENCY_ENV, LatencyOptions } from "../env-images/latency/index.ts";
 import { inFlightGroupCap } from "../functions/feeder/feeder.ts";
+import { readScriptArgs } from "../shared/commandLine.ts";
 import { type ExperimentConfig, parseConfig } from "../shared/config/index.ts";
 import { createLogger } from "../shared/log.ts";
 import type { StepMetrics } from "../shared/protocol/metrics.ts";
@@ -47,7 +47,12 @@ import { boundReport, type ModeFigures, type PipelineShape } from "./pipelineBou
 import { figure, load1, PipelineSummary, printSummary } from "./summary.ts";
 
 const benchStarted = performance.now();
-const { values: flags } = parseArgs({
+const SCRIPT = {
+  command: "npm run bench:pipeline --",
+  usage:
+    "[--workload default|longtail] [--steps N] [--batch N] [--group-size N] [--window-batches N] [--median-ms MS] [--sigma S] [--max-ms MS] [--probes N] [--base DIR] [--trainer-nice 0..19] [--compare-nice] [--mode-timeout-s S] [--keep]",
+};
+const { values: flags } = readScriptArgs(SCRIPT, {
   options: {
     base: { type: "string" },
     workload: { type: "string", default: "default" },

@@ -32,8 +32,8 @@
  */
 import { readFileSync } from "node:fs";
 import { loadavg } from "node:os";
-import { parseArgs } from "node:util";
 import * as tf from "@tensorflow/tfjs";
+import { readScriptArgs } from "../shared/commandLine.ts";
 import { createPolicy, initBackend } from "../shared/model/index.ts";
 import { BatchScheduler, type Generator } from "../trainer-image/policy-server/scheduler.ts";
 import { ThreadedScheduler } from "../trainer-image/policy-server/threaded.ts";
@@ -41,7 +41,11 @@ import { intFlag } from "./flags.ts";
 import { backendFlag, modelFlag } from "./modelFlags.ts";
 import { figure, PolicySummary, printSummary } from "./summary.ts";
 
-const { values: flags } = parseArgs({
+const SCRIPT = {
+  command: "npm run bench:policy --",
+  usage: "[--backend auto|wasm|cpu|tensorflow|webgpu] [--model default|small] [--widths 1,8,64]",
+};
+const { values: flags } = readScriptArgs(SCRIPT, {
   options: {
     backend: { type: "string" },
     model: { type: "string", default: "default" },

@@ -11,8 +11,8 @@
  */
 import { spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
-import { parseArgs } from "node:util";
 import type { z } from "zod";
+import { readScriptArgs } from "../shared/commandLine.ts";
 import { DATA_PARALLEL_NODE_FLAGS } from "../shared/model/dataParallelFlags.ts";
 import { intFlag } from "./flags.ts";
 import {
@@ -86,7 +86,8 @@ function runOnce(script: string, args: readonly string[], nodeFlags: readonly st
 }
 
 async function main(): Promise<void> {
-  const { values: flags, positionals } = parseArgs({
+  const SCRIPT = { command: "npm run bench:repeat --", usage: "<bench> [--runs 2..20] [-- <bench flags>]" };
+  const { values: flags, positionals } = readScriptArgs(SCRIPT, {
     options: { runs: { type: "string", default: "3" } },
     allowPositionals: true,
   });

@@ -16,7 +16,7 @@
  * two-thread figures read null); on lavapipe its figures are a correctness path, not a GPU's speed.
  */
 import { loadavg } from "node:os";
-import { parseArgs } from "node:util";
+import { readScriptArgs } from "../shared/commandLine.ts";
 import { DataParallelTrainer } from "../shared/model/dataParallel.ts";
 import { DATA_PARALLEL_NODE_FLAGS, missingNodeFlags } from "../shared/model/dataParallelFlags.ts";
 import { createPolicy, initBackend } from "../shared/model/index.ts";
@@ -25,7 +25,11 @@ import { intFlag } from "./flags.ts";
 import { backendFlag, modelFlag } from "./modelFlags.ts";
 import { figure, printSummary, TrainSummary } from "./summary.ts";
 
-const { values: flags } = parseArgs({
+const SCRIPT = {
+  command: "npm run bench:train --",
+  usage: "[--steps N] [--warmup N] [--backend auto|wasm|cpu|tensorflow|webgpu] [--model default|small]",
+};
+const { values: flags } = readScriptArgs(SCRIPT, {
   options: {
     steps: { type: "string", default: "10" },
     warmup: { type: "string", default: "2" },

@@ -15,7 +15,7 @@
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { parseArgs } from "node:util";
+import { readScriptArgs } from "../shared/commandLine.ts";
 import { TransportConfig } from "../shared/config/transport.ts";
 import { createTransport } from "../shared/transport/index.ts";
 import type { Transport } from "../shared/transport/types.ts";
@@ -23,7 +23,11 @@ import { startMoto } from "../test/support/moto.ts";
 import { intFlag } from "./flags.ts";
 import { figure, load1, printSummary, TransportSummary } from "./summary.ts";
 
-const { values: flags } = parseArgs({
+const SCRIPT = {
+  command: "npm run bench:transport --",
+  usage: "[--messages N] [--objects N] [--phase-ms MS] [--local-only]",
+};
+const { values: flags } = readScriptArgs(SCRIPT, {
   options: {
     messages: { type: "string", default: "100000" },
     objects: { type: "string", default: "500" },

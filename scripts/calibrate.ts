@@ -16,16 +16,20 @@
 import { spawnSync } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
 import { loadavg } from "node:os";
-import { parseArgs } from "node:util";
 import { z } from "zod";
 import { asyncRateBound } from "../bench/pipelineBound.ts";
 import { benchScenario } from "../bench/pipelinePlan.ts";
 import { ControllerSummary, PolicySummary, parseSummary, TransportSummary } from "../bench/summary.ts";
 import { DEFAULT_CALIBRATION } from "../cli/commands/plan.ts";
+import { readScriptArgs } from "../shared/commandLine.ts";
 import { type Calibration, parseCalibration, type Source } from "../shared/plan/calibration.ts";
 import { runScenario } from "../shared/plan/scenario.ts";
 
-const { values } = parseArgs({
+const SCRIPT = {
+  command: "npm run calibrate --",
+  usage: "[--out FILE] [--benches controller,transport,policy] [--check-only]",
+};
+const { values } = readScriptArgs(SCRIPT, {
   options: {
     out: { type: "string", default: DEFAULT_CALIBRATION },
     benches: { type: "string", default: "controller,transport,policy" },

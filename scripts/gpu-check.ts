@@ -42,12 +42,20 @@ function missingPrerequisites(): { missing: string[]; gpus: string } {
  * `--cpu-dry-run` runs the same steps on the wasm backend without a GPU: it tests the script, and
  * its figures say nothing about a GPU.
  */
+const USAGE =
+  "usage: npm run gpu-check -- [<Hugging Face model folder>] [--backend tensorflow|webgpu] [--steps N] [--tokens N] " +
+  "[--batch N] [--numerics-tokens N] [--logprob-tolerance X] [--relative-tolerance X] [--cpu-dry-run]";
+
 export async function gpuCheck(args: readonly string[], io: GpuCheckIo): Promise<number> {
+  if (args.includes("--help") || args.includes("-h")) {
+    io.out(`${USAGE}\n`);
+    return 0;
+  }
   let parsed: ReturnType<typeof parseOptions>;
   try {
     parsed = parseOptions(args);
   } catch (error) {
-    io.err(`gpu-check: ${(error as Error).message}\n`);
+    io.err(`gpu-check: ${(error as Error).message.replace(/\. To specify a positional argument.*$/s, "")}\n${USAGE}\n`);
     return 1;
   }
   const { steps, sequenceTokens, batch, dryRun, hfDir, backendName, numericsTokens, tolerances } = parsed;
@@ -76,7 +84,7 @@ export async function gpuCheck(args: readonly string[], io: GpuCheckIo): Promise
   try {
     backend = await initBackend(backendName === "webgpu" ? "webgpu" : dryRun ? "wasm" : "tensorflow");
   } catch (error) {
-    io.err(`gpu-check: ${(error as Error).message}\n`);
+    io.err(`gpu-check: ${(error as Error).message.replace(/\. To specify a positional argument.*$/s, "")}\n${USAGE}\n`);
     return 2;
   }
   if (backendName === "tensorflow" && !dryRun && backend.source !== "@tensorflow/tfjs-node-gpu") {

@@ -20,10 +20,10 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { parseArgs } from "node:util";
 import { z } from "zod";
 import { readMetrics } from "../cli/report/report.ts";
 import { loadTaskModule } from "../env-images/registry.ts";
+import { readScriptArgs, validateScriptArgs } from "../shared/commandLine.ts";
 import { loadConfig } from "../shared/config/index.ts";
 import { ValidationError } from "../shared/errors.ts";
 import { EvalReport } from "../shared/protocol/metrics.ts";
@@ -64,40 +64,30 @@ interface Arm {
   readonly sets: readonly string[];
 }
 
-function parseFlags(argv: readonly string[]): z.infer<typeof Flags> {
-  let values: Record<string, unknown>;
-  try {
-    values = readFlags(argv);
-  } catch (error) {
-    console.error(
-      `${(error as Error).message}; allowed: --seeds, --tables, --config, --ablation-config, --out, --jobs, --set, --dry-run`,
-    );
-    process.exit(2);
-  }
-  const parsed = Flags.safeParse(values);
-  if (!parsed.success) {
-    for (const issue of parsed.error.issues) console.error(`--${issue.path.join(".")}: ${issue.message}`);
-    process.exit(2);
-  }
-  return parsed.data;
-}
+const SCRIPT = {
+  command: "npm run learning --",
+  usage:
+    "[--seeds 1..20] [--tables 3,4,6] [--config FILE] [--ablation-config FILE] [--out DIR] [--jobs 1..8] [--set path=value ...] [--dry-run]",
+};
 
-function readFlags(argv: readonly string[]): Record<string, unknown> {
-  const { values } = parseArgs({
-    args: [...argv],
-    options: {
-      seeds: { type: "string", default: "3" },
-      tables: { type: "string", default: "3,4,6" },
-      config: { type: "string", default: "configs/learning.yaml" },
-      "ablation-config": { type: "string" },
-      out: { type: "string", default: "runs/learning" },
-      jobs: { type: "string", default: "1" },
-      set: { type: "string", multiple: true, default: [] },
-      "dry-run": { type: "boolean", default: false },
+function parseFlags(argv: readonly string[]): z.infer<typeof Flags> {
+  const { values } = readScriptArgs(
+    SCRIPT,
+    {
+      options: {
+        seeds: { type: "string", default: "3" },
+        tables: { type: "string", default: "3,4,6" },
+        config: { type: "string", default: "configs/learning.yaml" },
+        "ablation-config": { type: "string" },
+        out: { type: "string", default: "runs/learning" },
+        jobs: { type: "string", default: "1" },
+        set: { type: "string", multiple: true, default: [] },
+        "dry-run": { type: "boolean", default: false },
+      },
     },
-    strict: true,
-  });
-  return values;
+    argv,
+  );
+  return validateScriptArgs(SCRIPT, Flags, values);
 }
 
 /** The arms the chosen tables need, from the configs' task mixes and step counts. */

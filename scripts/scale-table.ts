@@ -10,13 +10,17 @@
  */
 
 import { readFileSync } from "node:fs";
-import { parseArgs } from "node:util";
 import { DEFAULT_CALIBRATION, parsePlanFlags, scenarioOf } from "../cli/commands/plan.ts";
+import { readScriptArgs } from "../shared/commandLine.ts";
 import { parseConfig } from "../shared/config/index.ts";
 import { parseCalibration } from "../shared/plan/calibration.ts";
 import { runScenario } from "../shared/plan/scenario.ts";
 
-const { values } = parseArgs({
+const SCRIPT = {
+  command: "npx tsx scripts/scale-table.ts",
+  usage: "[--workers 10,100,1000,10000] [--gpus 1,8,64] [--controllers N]",
+};
+const { values } = readScriptArgs(SCRIPT, {
   options: {
     workers: { type: "string", default: "10,100,1000,10000" },
     gpus: { type: "string", default: "1,8,64" },

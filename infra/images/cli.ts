@@ -1,4 +1,4 @@
-import { parseArgs } from "node:util";
+import { readScriptArgs } from "../../shared/commandLine.ts";
 import { ensureAgentBenchOsImages } from "./agentbenchOs.ts";
 import { type BuiltImage, buildImage, plannedImages } from "./build.ts";
 import { detectEngine } from "./engine.ts";
@@ -11,7 +11,11 @@ import { ensureNodeBase } from "./standInBase.ts";
  * (build seconds, size, user). Exits 2 when no engine is available. `--agentbench-os` builds only
  * the images the os-std/os-dev/os-env_train episodes run in (kept when present).
  */
-const { values } = parseArgs({
+const SCRIPT = {
+  command: "npm run images --",
+  usage: "[--only functions,trainer-cpu,...] [--agentbench-os] [--verbose]",
+};
+const { values } = readScriptArgs(SCRIPT, {
   options: {
     only: { type: "string" },
     verbose: { type: "boolean", default: false },

@@ -5,27 +5,37 @@
  *   npm run rehearse -- --runner container                  # every role a container of its image (podman or Docker)
  * Exit code 0 when it passed (or, with --drop, when it failed naming the dropped grant).
  */
+import { readScriptArgs, usageError } from "../../shared/commandLine.ts";
 import { buildImage, imageServing, plannedImages } from "../images/build.ts";
 import { detectEngine } from "../images/engine.ts";
 import { ensureNodeBase } from "../images/standInBase.ts";
 import { rehearse, synthesizeForRehearsal } from "./rehearse.ts";
 import { containerRunner, processRunner, type RoleRunner } from "./runners.ts";
 
-const dropIndex = process.argv.indexOf("--drop");
-const dropText = dropIndex >= 0 ? process.argv[dropIndex + 1] : undefined;
+const SCRIPT = {
+  command: "npm run rehearse --",
+  usage: "[--drop '<role> <action> <resource substring>'] [--runner process|container]",
+};
+const { values } = readScriptArgs(SCRIPT, {
+  options: { drop: { type: "string" }, runner: { type: "string", default: "process" } },
+});
+const dropText = values.drop;
 const [roleKey, action, resource] = dropText?.split(" ") ?? [];
-if (dropText !== undefined && (!roleKey || !action || !resource)) {
-  process.stderr.write(
-    `--drop: "${dropText}" must be "<role> <action> <resource substring>", e.g. "feeder s3:PutObject feeder/"\n`,
+if (dropText !== undefined && (!roleKey || !action || !resource))
+  usageError(
+    SCRIPT,
+    `--drop: "${dropText}" must be "<role> <action> <resource substring>", e.g. "feeder s3:PutObject feeder/"`,
   );
-  process.exit(2);
-}
-const runnerIndex = process.argv.indexOf("--runner");
-const runnerKind = runnerIndex >= 0 ? process.argv[runnerIndex + 1] : "process";
-if (runnerKind !== "process" && runnerKind !== "container") {
-  process.stderr.write(`--runner: "${runnerKind}" must be process or container\n`);
-  process.exit(2);
-}
+const runnerKind = values.runner;
+if (runnerKind !== "process" && runnerKind !== "container")
+  usageError(SCRIPT, `--runner: "${runnerKind}" must be process or container`);
+// A stop signal ends the run the way its end does: the roles and the moto server are stopped.
+const stop = new AbortController();
+for (const signal of ["SIGINT", "SIGTERM"] as const)
+  process.once(signal, () => {
+    process.stderr.write(`[rehearse] ${signal}: stopping the roles and the moto server\n`);
+    stop.abort(signal);
+  });
 process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= "true";
 
 /** The container runner over freshly built images (layers cached: seconds when nothing changed). */
@@ -46,9 +56,15 @@ const result = await rehearse({
   templates,
   runner: runnerKind === "container" ? await containers() : processRunner(),
   ...(runnerKind === "container" ? { timeoutMs: 600_000 } : {}),
+  signal: stop.signal,
   ...(roleKey && action && resource
     ? { dropGrant: { roleKey, action, resource: new RegExp(resource.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")) } }
     : {}),
+}).catch((error: unknown) => {
+  // stopped before any role started: nothing was left running
+  if (!stop.signal.aborted) throw error;
+  process.stderr.write(`rehearsal stopped by ${String(stop.signal.reason)} before its roles started\n`);
+  process.exit(1);
 });
 process.stdout.write(`${JSON.stringify(result)}\n`);
 if (dropText === undefined) {

@@ -128,6 +128,11 @@ export interface RehearsalOptions {
    * thrown by `rehearse` after the teardown.
    */
   readonly beforeStop?: (run: RehearsalRun) => Promise<void>;
+  /**
+   * Stops the rehearsal early (a SIGINT or SIGTERM to `npm run rehearse`): a run under way fails
+   * with "stopped by <reason>", and the roles and the moto server are stopped as at its end.
+   */
+  readonly signal?: AbortSignal;
 }
 
 /** What {@link RehearsalOptions.beforeStop} sees of a run. */
@@ -189,6 +194,7 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
   const s3 = new S3Client({ ...clients, forcePathStyle: true });
   const sqs = new SQSClient(clients);
   try {
+    options.signal?.throwIfAborted();
     // 1. The stateful stacks, through CloudFormation, as the admin.
     const exported = new Map<string, string>();
     const outputs = new Map<string, string>();
@@ -214,6 +220,7 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
       return value;
     };
 
+    options.signal?.throwIfAborted();
     // 2. One IAM user per task role, with exactly the compute template's statements.
     // Env workers run here as the pool would launch them; the pools themselves need a real ECS to
     // launch anything (their drivers are tested against moto's ECS in test/envpool/ecs.test.ts).
@@ -242,6 +249,7 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
     }
     log(`created ${definitions.length} task-role users: ${definitions.map((d) => d.key).join(", ")}`);
 
+    options.signal?.throwIfAborted();
     // 3. v0, the way docs/deploy.md's deploy steps publish it (as the deploying admin).
     const checkpointBucket = outputs.get("CheckpointBucketName") ?? "";
     const published = await runToEnd(
@@ -261,6 +269,7 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
     if (published.code !== 0) throw new Error(`agentrl policy publish failed: ${published.stderr}`);
     log(`seeded v0: ${published.stdout.trim()}`);
 
+    options.signal?.throwIfAborted();
     // 4. One poison message in every queue a rehearsed role consumes (as the admin): each consumer
     // must hand it back (ChangeMessageVisibility) until its last delivery, then dead-letter it with
     // the reason (the DLQ grants), and go on.
@@ -278,6 +287,7 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
     for (const queue of consumed) await adminQueue(queue).send(poisons[queue].body);
     log(`sent a poison message to ${consumed.join(", ")}`);
 
+    options.signal?.throwIfAborted();
     // 5. Every role with its task definition's environment and its own credentials.
     const environmentOf = (definition: TaskRoleDefinition) => resolveEnvironment(definition, importValue);
     let finish: (reason: string) => void = () => {};
@@ -292,6 +302,9 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
       () => finish(`timed out after ${(options.timeoutMs ?? 300_000) / 1000} s`),
       options.timeoutMs ?? 300_000,
     );
+    const stop = () => finish(`stopped by ${String(options.signal?.reason)}`);
+    if (options.signal?.aborted) stop();
+    options.signal?.addEventListener("abort", stop, { once: true });
     const readySeconds: Record<string, number> = {};
     const listeningUrls = new Map<string, string>();
     await runner.prepare();

@@ -151,7 +151,11 @@ describe("npm run learning", () => {
     expect(jobs.stderr).toContain("--jobs");
     const unknown = await runProcess(TSX, [SCRIPT, "--sedes", "3"]);
     expect(unknown.status).toBe(2);
-    expect(unknown.stderr).toContain("allowed: --seeds");
+    expect(unknown.stderr).toContain("Unknown option '--sedes'");
+    expect(unknown.stderr).toContain("usage: npm run learning -- [--seeds 1..20]");
+    const help = await runProcess(TSX, [SCRIPT, "--help"]);
+    expect(help.status).toBe(0);
+    expect(help.stdout).toMatch(/^usage: npm run learning -- \[--seeds 1..20\] \[--tables 3,4,6\]/);
   });
 
   it("--dry-run names every arm with the overrides it would run with, and runs nothing", async () => {

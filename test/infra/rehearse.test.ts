@@ -92,3 +92,31 @@ describe("deploy rehearsal under enforced IAM", () => {
     expect(result.failure).toMatch(/role rollout was denied sqs:SendMessage on .*rehearsal-rollout-requests-dlq/);
   }, 400_000);
 });
+
+describe("deploy rehearsal stopped mid-way (a SIGTERM to npm run rehearse)", () => {
+  it("fails as stopped and stops every role it started, each on SIGTERM", async () => {
+    const stop = new AbortController();
+    const lines: string[] = [];
+    const result = await rehearse({
+      templates: synthesizeForRehearsal(),
+      signal: stop.signal,
+      log: (line) => {
+        lines.push(line);
+        // every role is up: stop the run before the trainer's first step
+        if (line.startsWith("started ")) stop.abort("SIGTERM");
+      },
+    });
+    expect(result.failure, lines.join("\n")).toBe("stopped by SIGTERM");
+    expect(result.passed).toBe(false);
+    expect(Object.keys(result.stops).sort()).toEqual(
+      ["controller", "env:db", "feeder", "policy:current", "policy:stale", "rollout", "trainer"].sort(),
+    );
+    for (const [key, stop] of Object.entries(result.stops)) expect(stop.exitCode, key).toBe(0);
+  }, 400_000);
+
+  it("stopped before it starts, starts nothing", async () => {
+    await expect(
+      rehearse({ templates: synthesizeForRehearsal(), signal: AbortSignal.abort("SIGINT"), log: () => {} }),
+    ).rejects.toThrow();
+  }, 120_000);
+});
