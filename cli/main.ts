@@ -2,6 +2,7 @@ import { readFileSync } from "node:fs";
 import { Command, CommanderError, type Option } from "commander";
 import { AgentRlError, ValidationError } from "../shared/errors.ts";
 import { EXIT_CODES as EXIT } from "./exitCodes.ts";
+import { stopWhenSupervisorGone } from "./supervisorWatch.ts";
 
 /**
  * `agentrl` — one entry for every role. Each subcommand lives in cli/commands/<name>.ts and
@@ -74,6 +75,7 @@ function packageVersion(): string {
 }
 
 async function main(argv: string[]): Promise<void> {
+  stopWhenSupervisorGone();
   const program = new AgentRlCommand("agentrl")
     .description("Multi-turn, multi-task agentic RL on queues and object stores (AgentRL in TypeScript)")
     .version(packageVersion(), "-V, --version", "print the version")

@@ -22,6 +22,7 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { z } from "zod";
 import { readMetrics } from "../cli/report/report.ts";
+import { SUPERVISOR_PID_ENV } from "../cli/supervisorWatch.ts";
 import { loadTaskModule } from "../env-images/registry.ts";
 import { readScriptArgs, validateScriptArgs } from "../shared/commandLine.ts";
 import { loadConfig } from "../shared/config/index.ts";
@@ -194,7 +195,9 @@ async function runArm(arm: Arm, seed: number, flags: z.infer<typeof Flags>): Pro
   const started = Date.now();
   const code = await new Promise<number>((done) => {
     // The run's own output goes to stderr: stdout is the tables alone.
-    const child = spawn(process.execPath, args, { cwd: root, stdio: ["ignore", 2, 2] });
+    // the arm stops if this command is killed without stopping it (cli/supervisorWatch.ts)
+    const env = { ...process.env, [SUPERVISOR_PID_ENV]: String(process.pid) };
+    const child = spawn(process.execPath, args, { cwd: root, env, stdio: ["ignore", 2, 2] });
     running.add(child);
     child.on("exit", (status) => {
       running.delete(child);

@@ -4,6 +4,7 @@ import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
 import { AgentRlError } from "../../shared/errors.ts";
+import { SUPERVISOR_PID_ENV } from "../supervisorWatch.ts";
 import { addNiceness } from "./priority.ts";
 
 /** The package entry every role process starts from. */
@@ -105,7 +106,8 @@ export class Supervisor {
   private launch(role: Running, finish: (exit: RoleExit) => void): void {
     const { spec, log } = role;
     const child = spawn(process.execPath, [...(spec.nodeFlags ?? []), AGENTRL_BIN, ...spec.args], {
-      env: { ...this.baseEnv, ...spec.env },
+      // its roles stop when this process is gone, even SIGKILLed (cli/supervisorWatch.ts)
+      env: { ...this.baseEnv, ...spec.env, [SUPERVISOR_PID_ENV]: String(process.pid) },
       stdio: ["ignore", "pipe", "pipe"],
     });
     role.child = child;

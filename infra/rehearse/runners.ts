@@ -11,6 +11,7 @@ import { constants, tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { taskAddress } from "../../cli/commands/container.ts";
+import { SUPERVISOR_PID_ENV } from "../../cli/supervisorWatch.ts";
 import type { ContainerRole } from "../../shared/config/containerEnv.ts";
 import { freePort } from "../../shared/net.ts";
 import { removeContainers, runArgs } from "../images/containers.ts";
@@ -130,6 +131,8 @@ export function processRunner(): RoleRunner {
         AGENTRL_LOG_LEVEL: "warn",
         // the trainer's run folder (metrics.jsonl) goes to a temp dir, not the checkout
         AGENTRL__runDir: mkdtempSync(join(tmpdir(), `agentrl-rehearse-${definition.role}-`)),
+        // the role stops if the rehearsal is killed without stopping it (cli/supervisorWatch.ts)
+        [SUPERVISOR_PID_ENV]: String(process.pid),
       };
       return spawn(process.execPath, [AGENTRL_BIN, "container"], {
         cwd: REPOSITORY_ROOT,

@@ -1,13 +1,18 @@
+import { spawn } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 import { Supervisor, waitFor } from "../../cli/launch/supervisor.ts";
+import { SUPERVISOR_PID_ENV } from "../../cli/supervisorWatch.ts";
 import {
   DATA_PARALLEL_NODE_FLAGS,
   missingNodeFlags,
   nodeFlagsForThreads,
 } from "../../shared/model/dataParallelFlags.ts";
 import { tempDir } from "../support/tmp.ts";
+
+const AGENTRL_BIN = fileURLToPath(new URL("../../bin/agentrl.mjs", import.meta.url));
 
 describe("Supervisor", () => {
   it("learns a server role's URL, reports a crash of another role, and stops the rest", async () => {
@@ -90,8 +95,43 @@ describe("Supervisor", () => {
       // what the launcher gives the trainer: the flags only when it trains over threads
       expect(nodeFlagsForThreads(1)).toEqual([]);
       expect(nodeFlagsForThreads(2)).toEqual(DATA_PARALLEL_NODE_FLAGS);
+      // and its own pid, which the role watches (below)
+      const environment = readFileSync(`/proc/${pid}/environ`, "utf8").split("\0");
+      expect(environment).toContain(`${SUPERVISOR_PID_ENV}=${process.pid}`);
     } finally {
       await supervisor.stopAll();
     }
   });
+
+  it.skipIf(process.platform !== "linux")(
+    "a role stops through its SIGTERM handling once its launcher is gone, even SIGKILLed",
+    async () => {
+      // A stand-in launcher: a process that is killed without stopping anything.
+      const launcher = spawn("sleep", ["300"], { stdio: "ignore" });
+      const role = spawn(process.execPath, [AGENTRL_BIN, "controller", "--port", "0"], {
+        env: { ...process.env, AGENTRL_LOG_LEVEL: "info", [SUPERVISOR_PID_ENV]: String(launcher.pid) },
+        stdio: ["ignore", "pipe", "pipe"],
+      });
+      let output = "";
+      for (const stream of [role.stdout, role.stderr])
+        stream.on("data", (chunk: Buffer) => {
+          output += chunk.toString();
+        });
+      const exited = new Promise<number | null>((resolve) => role.once("exit", (code) => resolve(code)));
+      try {
+        await waitFor("the controller to listen", () => Promise.resolve(output.includes('"event":"listening"')));
+        // alive while its launcher runs
+        await new Promise((r) => setTimeout(r, 1_500));
+        expect(role.exitCode).toBeNull();
+        launcher.kill("SIGKILL");
+        const code = await Promise.race([exited, new Promise((r) => setTimeout(() => r("still running"), 20_000))]);
+        expect(code).toBe(0);
+        expect(output).toMatch(/"signal":"SIGTERM".*"msg":"closed"/);
+      } finally {
+        launcher.kill("SIGKILL");
+        role.kill("SIGKILL");
+      }
+    },
+    90_000,
+  );
 });
