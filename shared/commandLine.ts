@@ -51,7 +51,8 @@ export function validateScriptArgs<S extends z.ZodTypeAny>(
   return usageError(
     script,
     parsed.error.issues
-      .map((issue) => `${issue.path.length > 0 ? `--${issue.path.join(".")}: ` : ""}${issue.message}`)
+      // the flag, not the place in its parsed value (`--concurrency`, not `--concurrency.0`)
+      .map((issue) => `${issue.path.length > 0 ? `--${String(issue.path[0])}: ` : ""}${issue.message}`)
       .join("; "),
   );
 }

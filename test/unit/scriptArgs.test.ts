@@ -91,7 +91,15 @@ describe("a script's command line (shared/commandLine.ts)", () => {
     });
     const refused = run(() => validateScriptArgs(SCRIPT, schema, { runs: "0", keep: "yes" }));
     expect(refused.code).toBe(2);
-    expect(refused.err).toMatch(/^npm run thing: --runs: .*>=1; --keep: .*boolean/);
+    expect(refused.err).toMatch(/^npm run thing: --runs: .*>=1; --keep: .*boolean[^\n]*\nusage: npm run thing -- /);
+    // a list flag is named as the flag, not by the item's place in it
+    const list = z.object({
+      widths: z
+        .string()
+        .transform((s) => s.split(",").map(Number))
+        .pipe(z.array(z.number().min(1))),
+    });
+    expect(run(() => validateScriptArgs(SCRIPT, list, { widths: "4,0" })).err).toMatch(/^npm run thing: --widths: /);
   });
 });
 
