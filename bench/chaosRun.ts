@@ -9,6 +9,7 @@ import { createLogger, type Logger } from "../shared/log.ts";
 import { initBackend } from "../shared/model/backend.ts";
 import { loadCheckpoint, saveCheckpoint } from "../shared/model/checkpoint.ts";
 import { createPolicy } from "../shared/model/transformer.ts";
+import { processRuns } from "../shared/processes.ts";
 import { listVersions, manifestKey } from "../shared/protocol/checkpoints.ts";
 import { RolloutRequest, TrajectoryReady } from "../shared/protocol/messages.ts";
 import { seededRandom } from "../shared/rl/random.ts";
@@ -326,14 +327,6 @@ async function killMidPublish(runDir: string, done: () => boolean): Promise<Kill
   let lookedUp = 0;
   let racesLost = 0;
   const signal = (name: NodeJS.Signals) => signalPids(pids, name);
-  const alive = (pid: number) => {
-    try {
-      process.kill(pid, 0);
-      return true;
-    } catch {
-      return false;
-    }
-  };
   while (Date.now() < deadline && !done()) {
     if (Date.now() - lookedUp > PID_REFRESH_MS) {
       pids = childPids(NEEDLES.trainer);
@@ -345,7 +338,7 @@ async function killMidPublish(runDir: string, done: () => boolean): Promise<Kill
       // An empty folder is a publish about to write its ledger: look again at the next poll.
       if (readdirSync(folder).length === 0) continue;
       known.add(dir);
-      if (!pids.every(alive)) pids = childPids(NEEDLES.trainer); // restarted since the lookup
+      if (!pids.every(processRuns)) pids = childPids(NEEDLES.trainer); // restarted since the lookup
       if (pids.length === 0) continue;
       signal("SIGSTOP");
       if (existsSync(join(folder, "manifest.json"))) {

@@ -1,4 +1,4 @@
-import { readFileSync } from "node:fs";
+import { processRuns } from "../shared/processes.ts";
 
 /**
  * The launcher that starts a run's roles as child processes (`agentrl train`, `start`, `eval`,
@@ -22,20 +22,4 @@ export function stopWhenSupervisorGone(env: NodeJS.ProcessEnv = process.env, int
     process.kill(process.pid, "SIGTERM");
   }, intervalMs);
   timer.unref();
-}
-
-/** Whether `pid` is a running process: one that exists and is not a zombie its parent has yet to reap. */
-function processRuns(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-  } catch (error) {
-    // EPERM: it exists under another user
-    return (error as NodeJS.ErrnoException).code === "EPERM";
-  }
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    return stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3) !== "Z";
-  } catch {
-    return true; // no /proc (macOS): the signal check is all there is
-  }
 }

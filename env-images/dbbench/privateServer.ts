@@ -3,6 +3,7 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSy
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { AgentRlError } from "../../shared/errors.ts";
+import { processRuns } from "../../shared/processes.ts";
 import { sleep } from "../../shared/sleep.ts";
 
 /**
@@ -35,15 +36,6 @@ function findBinary(names: readonly string[]): string | undefined {
   return undefined;
 }
 
-const alive = (pid: number): boolean => {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === "EPERM";
-  }
-};
-
 /** Kills and removes private servers whose owning worker is gone (it was killed before it could). */
 export function sweepOrphanServers(root = tmpdir()): number {
   let swept = 0;
@@ -51,9 +43,9 @@ export function sweepOrphanServers(root = tmpdir()): number {
     if (!name.startsWith(DIR_PREFIX)) continue;
     const dir = join(root, name);
     const owner = Number(readFileOr(join(dir, "owner.pid")));
-    if (Number.isInteger(owner) && owner > 0 && alive(owner)) continue;
+    if (Number.isInteger(owner) && owner > 0 && processRuns(owner)) continue;
     const serverPid = Number(readFileOr(join(dir, "server.pid")));
-    if (Number.isInteger(serverPid) && serverPid > 0 && alive(serverPid)) {
+    if (Number.isInteger(serverPid) && serverPid > 0 && processRuns(serverPid)) {
       try {
         process.kill(serverPid, "SIGKILL");
       } catch {

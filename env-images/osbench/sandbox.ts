@@ -4,6 +4,7 @@ import { existsSync } from "node:fs";
 import { hostname } from "node:os";
 import { z } from "zod";
 import { AgentRlError } from "../../shared/errors.ts";
+import { processRuns } from "../../shared/processes.ts";
 import { PersistentShell, type ShellLimits, type ShellProcess } from "./shell.ts";
 
 /**
@@ -147,15 +148,6 @@ export async function detectContainerCli(
   return undefined;
 }
 
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === "EPERM";
-  }
-}
-
 /** A sandbox per episode: one container from the CLI of podman or Docker. */
 export class ContainerBackend implements SandboxBackend {
   readonly name: string;
@@ -265,7 +257,7 @@ export class ContainerBackend implements SandboxBackend {
         if (await this.isRunning(worker.slice(CONTAINER_WORKER.length))) continue;
       } else {
         const [host, pid] = worker.split(":");
-        if (host !== hostname() || isAlive(Number(pid))) continue;
+        if (host !== hostname() || processRuns(Number(pid))) continue;
       }
       if ((await execFile(this.bin, ["rm", "-f", "-t", "0", name], { timeoutMs: 60_000 })).status === 0) removed++;
     }

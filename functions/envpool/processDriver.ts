@@ -5,6 +5,7 @@ import { fileURLToPath } from "node:url";
 import { z } from "zod";
 import type { Logger } from "../../shared/log.ts";
 import { freePort } from "../../shared/net.ts";
+import { processRuns } from "../../shared/processes.ts";
 import type { DriverWorker, LaunchSpec, WorkerDriver } from "./driver.ts";
 
 /** The package entry a worker process starts from (`agentrl env serve`). */
@@ -100,15 +101,15 @@ export class ProcessDriver implements WorkerDriver {
 
   async stop(id: string, reason: string): Promise<void> {
     const pid = pidOf(id);
-    if (!isAlive(pid)) {
+    if (!processRuns(pid)) {
       rmSync(this.pidFile(pid), { force: true });
       return;
     }
     this.options.log.info({ pid, reason }, "stopping env worker process");
     process.kill(pid, "SIGTERM");
     const deadline = Date.now() + (this.options.stopGraceMs ?? 5_000);
-    while (isAlive(pid) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
-    if (isAlive(pid)) process.kill(pid, "SIGKILL");
+    while (processRuns(pid) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    if (processRuns(pid)) process.kill(pid, "SIGKILL");
     rmSync(this.pidFile(pid), { force: true });
   }
 
@@ -121,7 +122,7 @@ export class ProcessDriver implements WorkerDriver {
       const parsed = PidFile.safeParse(readJson(file));
       if (!parsed.success || parsed.data.task !== this.options.task) continue;
       const { pid, address, launchedAt } = parsed.data;
-      const alive = isAlive(pid) && isWorkerProcess(pid, this.options.task);
+      const alive = processRuns(pid) && isWorkerProcess(pid, this.options.task);
       // A dead worker is reported once as stopped (the manager counts it), then forgotten.
       if (!alive) rmSync(file, { force: true });
       out.push({ id: `pid:${pid}`, address, state: alive ? "running" : "stopped", launchedAt });
@@ -151,16 +152,6 @@ function pidOf(id: string): number {
   const pid = Number(id.replace(/^pid:/, ""));
   if (!Number.isSafeInteger(pid) || pid <= 0) throw new Error(`not a process worker id: ${id}`);
   return pid;
-}
-
-/** Whether a process with this pid exists (signal 0 checks without sending anything). */
-export function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 /** Guards against a recycled pid: the process must still be an `env serve` of this task (Linux /proc). */

@@ -2,9 +2,10 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { exampleNumbers } from "../../env-images/example/index.ts";
 import { type RunningController, startController } from "../../functions/controller/controller.ts";
 import { PoolManager, type PoolOptions } from "../../functions/envpool/manager.ts";
-import { isAlive, ProcessDriver, stopListedWorkers } from "../../functions/envpool/processDriver.ts";
+import { ProcessDriver, stopListedWorkers } from "../../functions/envpool/processDriver.ts";
 import { ControllerClient, EnvCapacityError } from "../../shared/env/client.ts";
 import { createLogger } from "../../shared/log.ts";
+import { processRuns } from "../../shared/processes.ts";
 import { SessionInfo } from "../../shared/protocol/envApi.ts";
 import { call, waitFor } from "../env/helpers.ts";
 import { tempDir } from "../support/tmp.ts";
@@ -174,11 +175,11 @@ describe("env pool with the process driver", () => {
       const { driver } = pool({ stateDir });
       const worker = await driver.launch({ concurrency: 1 });
       const pid = Number(worker.id.replace("pid:", ""));
-      expect(isAlive(pid)).toBe(true);
+      expect(processRuns(pid)).toBe(true);
       expect(await stopListedWorkers(stateDir, "other-task", log)).toBe(0);
-      expect(isAlive(pid)).toBe(true);
+      expect(processRuns(pid)).toBe(true);
       expect(await stopListedWorkers(stateDir, "example", log)).toBe(1);
-      expect(isAlive(pid)).toBe(false);
+      expect(processRuns(pid)).toBe(false);
       expect(await driver.list()).toEqual([]);
       expect(await stopListedWorkers(stateDir, "example", log)).toBe(0);
     },
