@@ -302,9 +302,10 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
       () => finish(`timed out after ${(options.timeoutMs ?? 300_000) / 1000} s`),
       options.timeoutMs ?? 300_000,
     );
-    const stop = () => finish(`stopped by ${String(options.signal?.reason)}`);
-    if (options.signal?.aborted) stop();
-    options.signal?.addEventListener("abort", stop, { once: true });
+    // (an abort before this point was thrown at the last step boundary above)
+    options.signal?.addEventListener("abort", () => finish(`stopped by ${String(options.signal?.reason)}`), {
+      once: true,
+    });
     const readySeconds: Record<string, number> = {};
     const listeningUrls = new Map<string, string>();
     await runner.prepare();
