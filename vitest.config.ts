@@ -21,7 +21,6 @@ export const OWN_PROCESS = [
   "test/bench/*.test.ts",
   "test/evaluator/*.test.ts",
   "test/agentbench/fetch.test.ts",
-  "test/e2e/pipeline.test.ts",
   "test/env/idlePool.test.ts",
   "test/unit/quickstart.test.ts",
 ];

@@ -1,10 +1,14 @@
 import { type ChildProcess, spawn } from "node:child_process";
-import { existsSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
 import { agentBenchDataDir, mysqlAvailable } from "../agentbench/support.ts";
+import { waitFor } from "../env/helpers.ts";
 import { runProcess } from "../support/cli.ts";
+import { setDummyAwsCredentials } from "../support/moto.ts";
+import { expectFinishedRun } from "../support/runChecks.ts";
+import { tempDir } from "../support/tmp.ts";
 
 /**
  * The README's command blocks, run as a newcomer pastes them: from the repository root, in a
@@ -12,7 +16,13 @@ import { runProcess } from "../support/cli.ts";
  * user), servers in the background. Every ```bash block of the README must be listed in BLOCKS
  * below, so a new or changed block fails this test until it is exercised here. Long runs run with
  * a smaller `--set` appended, and only after checking that the README's text is the command named.
+ * The two training runs (npm start on the local transport, the example experiment against moto)
+ * are this suite's end-to-end pipeline runs: each ends with every invariant of a finished run
+ * checked on its stores (test/support/runChecks.ts).
  */
+
+/** Trainer steps of the README's two training runs: two, so a step trains on top of another's ledger. */
+const STEPS = 2;
 
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));
 const README = readFileSync(join(ROOT, "README.md"), "utf8");
@@ -67,7 +77,7 @@ const EXERCISED: ReadonlyArray<[string, string]> = [
   ["Bring your own model", "run as written"],
   ["Your own experiment", "run as written"],
   ["A sweep on this machine", "the dry run as written; the full run is test/infra/sweep.test.ts's"],
-  ["Against moto or LocalStack", "run as written with a 1-step --set"],
+  ["Against moto or LocalStack", "run as written with a 2-step --set; its stores then checked as a finished run"],
   ["Deploying to AWS", "synth as written; the rehearsal is test/infra/rehearse.test.ts's"],
 ];
 
@@ -123,8 +133,8 @@ describe("the README's command blocks", () => {
       ].join("\n"),
     );
     const before = new Set(existsSync(join(ROOT, "runs")) ? readdirSync(join(ROOT, "runs")) : []);
-    // node_modules is installed already (npm ci is the suite's own setup); one step and one instance per task
-    const { status, output } = await paste("npm start -- --set trainer.maxSteps=1 --eval-n 1", 400_000);
+    // node_modules is installed already (npm ci is the suite's own setup); two steps and one instance per task
+    const { status, output } = await paste(`npm start -- --set trainer.maxSteps=${STEPS} --eval-n 1`, 400_000);
     const created = readdirSync(join(ROOT, "runs")).filter(
       (name) => !before.has(name) && name.startsWith("quickstart-"),
     );
@@ -152,6 +162,8 @@ describe("the README's command blocks", () => {
           .trim(),
       );
     for (const command of nextCommands) expect(readmeNext).toContain(command);
+
+    await expectFinishedRun(join(ROOT, "runs", runName), STEPS);
   }, 420_000);
 
   it("agentrl view serves that run folder: the list and the report, each with its navigation", async () => {
@@ -200,8 +212,8 @@ describe("the README's command blocks", () => {
       .replace(/--n 20/g, "--n 1");
     const { status, output } = await paste(script, 300_000);
     expect(status).toBe(0);
-    // The success tables' rows (per-kind tables follow for tasks with kinds: "| v1 | 50.0 (2) |").
-    expect(output.match(/^\| v1 \| [\d.]+ \|/gm)).toHaveLength(2);
+    // The success tables' rows (per-kind tables follow for tasks with kinds: "| v2 | 50.0 (2) |").
+    expect(output.match(new RegExp(`^\\| v${STEPS} \\| [\\d.]+ \\|`, "gm"))).toHaveLength(2);
     expect(output.match(/^\| v0 \| [\d.]+ \|/gm)).toHaveLength(1);
     expect(output).toMatch(new RegExp(`written to runs/${runName}/eval-`));
   }, 320_000);
@@ -271,20 +283,50 @@ describe("the README's command blocks", () => {
     expect(status).toBe(0);
   }, 320_000);
 
-  it("Against moto: the example experiment trains on the AWS API (one step)", async () => {
+  it("Against moto: the example experiment trains on the AWS API (two steps), and its stores hold a finished run", async () => {
     const code = block("Against moto or LocalStack");
     const lines = code.split("\n");
+    expect(lines[0]).toBe("python3 -m moto.server -H 127.0.0.1 -p 5000 &");
     expect(lines[2]).toBe(
       "  npx agentrl train -c configs/example-experiment.yaml --transport aws --endpoint http://127.0.0.1:5000",
     );
     const stamp = `readme-moto-${Date.now()}`;
     const run = join(ROOT, "runs", stamp);
     runs.push(run);
-    const script = `${code} --set trainer.maxSteps=1 --eval-n 1 --run-dir runs/${stamp} --set transport.queuePrefix=${stamp}\nrc=$?\nkill %1\nexit $rc`;
-    const { status, output } = await paste(script, 400_000);
+    // The script keeps moto serving until the run's stores have been read here, then stops it.
+    const handshake = tempDir("agentrl-readme-moto-");
+    const trained = join(handshake, "trained");
+    const checked = join(handshake, "checked");
+    const script = [
+      `${code} --set trainer.maxSteps=${STEPS} --eval-n 1 --run-dir runs/${stamp} --set transport.queuePrefix=${stamp}`,
+      "rc=$?",
+      `echo $rc > ${trained}`,
+      `for _ in $(seq 600); do [ -e ${checked} ] && break; sleep 0.2; done`,
+      "kill %1",
+      "exit $rc",
+    ].join("\n");
+    let pasteEnded = false;
+    const pasted = paste(script, 400_000).finally(() => {
+      pasteEnded = true;
+    });
+    let checkFailure: unknown;
+    try {
+      await waitFor(() => existsSync(trained) || pasteEnded, 400_000, "the README's moto run to end", 500);
+      // A run that failed is reported by the exit status below, with its output.
+      if (existsSync(trained) && readFileSync(trained, "utf8").trim() === "0") {
+        setDummyAwsCredentials();
+        await expectFinishedRun(run, STEPS).catch((error: unknown) => {
+          checkFailure = error;
+        });
+      }
+    } finally {
+      writeFileSync(checked, "");
+    }
+    const { status, output } = await pasted;
     expect(output).not.toMatch(/\n\s+at /);
     expect(status).toBe(0);
-    expect(output).toMatch(/^1 trainer steps$/m);
+    expect(output).toMatch(new RegExp(`^${STEPS} trainer steps$`, "m"));
     expect(output).toMatch(new RegExp(`^run folder: runs/${stamp}$`, "m"));
+    if (checkFailure) throw checkFailure;
   }, 420_000);
 });

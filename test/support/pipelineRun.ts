@@ -8,8 +8,9 @@ import type { ObjectStore } from "../../shared/transport/types.ts";
 import { agentrl, SYNC_TIMEOUT_MS } from "./cli.ts";
 
 /**
- * Setup shared by the end-to-end pipeline test and the chaos run (test/e2e, bench/chaos.ts): a
- * tiny experiment, its warm-up checkpoint, and ways to find and read the run's role processes.
+ * Setup shared by the chaos run (bench/chaos.ts, test/e2e/chaos.test.ts) and the tests that read
+ * a finished run: a tiny experiment, its warm-up checkpoint, and ways to find and read the run's
+ * role processes and stored trajectories.
  * No vitest import, so the chaos script can use it outside the suite.
  */
 

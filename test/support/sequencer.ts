@@ -9,7 +9,6 @@ import { BaseSequencer, type TestSpecification } from "vitest/node";
 const LONG_FIRST = [
   "test/infra/containers.test.ts",
   "test/readme/commands.test.ts",
-  "test/e2e/pipeline.test.ts",
   "test/e2e/chaos.test.ts",
   "test/e2e/seeded.test.ts",
   "test/e2e/learning.test.ts",
