@@ -16,8 +16,14 @@ import {
 // The SDK's Node 20 notice would only clutter the output (as in test/support/moto.ts).
 process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= "true";
 
+/** The default deployment's templates, synthesized once for the runs that use them. */
+let defaultTemplates: RehearsalTemplates | undefined;
+function templates(): RehearsalTemplates {
+  defaultTemplates ??= synthesizeForRehearsal();
+  return defaultTemplates;
+}
+
 describe("deploy rehearsal under enforced IAM", () => {
-  let templates: RehearsalTemplates;
   /** The rehearsal's log, shown by a failing assertion (what each role did, why one stopped). */
   const logged = (): { log: (line: string) => void; text: () => string } => {
     const lines: string[] = [];
@@ -58,10 +64,9 @@ describe("deploy rehearsal under enforced IAM", () => {
   }, 400_000);
 
   it("fails naming role, action and resource when one needed grant is removed", async () => {
-    templates = synthesizeForRehearsal();
     const run = logged();
     const result = await rehearse({
-      templates: templates ?? synthesizeForRehearsal(),
+      templates: templates(),
       dropGrant: { roleKey: "feeder", action: "s3:PutObject", resource: /\/feeder\/\*$/ },
       log: run.log,
     });
@@ -79,7 +84,7 @@ describe("deploy rehearsal under enforced IAM", () => {
   it("fails naming the dead-letter queue when a consumer may not dead-letter its poison message", async () => {
     const run = logged();
     const result = await rehearse({
-      templates: templates ?? synthesizeForRehearsal(),
+      templates: templates(),
       dropGrant: { roleKey: "rollout", action: "sqs:SendMessage", resource: /-rollout-requests-dlq$/ },
       log: run.log,
     });
@@ -98,7 +103,7 @@ describe("deploy rehearsal stopped mid-way (a SIGTERM to npm run rehearse)", () 
     const stop = new AbortController();
     const lines: string[] = [];
     const result = await rehearse({
-      templates: synthesizeForRehearsal(),
+      templates: templates(),
       signal: stop.signal,
       log: (line) => {
         lines.push(line);
@@ -116,7 +121,7 @@ describe("deploy rehearsal stopped mid-way (a SIGTERM to npm run rehearse)", () 
 
   it("stopped before it starts, starts nothing", async () => {
     await expect(
-      rehearse({ templates: synthesizeForRehearsal(), signal: AbortSignal.abort("SIGINT"), log: () => {} }),
+      rehearse({ templates: templates(), signal: AbortSignal.abort("SIGINT"), log: () => {} }),
     ).rejects.toThrow();
   }, 120_000);
 });
