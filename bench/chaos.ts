@@ -10,7 +10,7 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { readScriptArgs, usageError } from "../shared/commandLine.ts";
+import { abortOnStopSignals, readScriptArgs, usageError } from "../shared/commandLine.ts";
 import { createLogger } from "../shared/log.ts";
 import { formatReport, runChaos } from "./chaosRun.ts";
 
@@ -42,8 +42,11 @@ if (!Number.isInteger(seed)) usageError(SCRIPT, `--seed must be an integer, got 
 
 const dir = mkdtempSync(join(tmpdir(), "agentrl-chaos-"));
 process.stderr.write(`chaos run: ${minutes} min of kills, ${steps} steps, folder ${dir}\n`);
+// A stop ends the run as its end does (roles stopped, the folder removed unless --keep).
+const stopped = abortOnStopSignals(SCRIPT, "the chaos run");
 try {
   const report = await runChaos({
+    signal: stopped,
     runDir: dir,
     steps,
     rounds: 10_000,
@@ -54,6 +57,10 @@ try {
   });
   process.stdout.write(`${formatReport(report)}\n`);
   process.exitCode = Object.values(report.invariants).every(Boolean) ? 0 : 1;
+} catch (error) {
+  if (!stopped.aborted) throw error;
+  process.stderr.write(`chaos run stopped by ${String(stopped.reason)}; no invariant was checked\n`);
+  process.exitCode = 1;
 } finally {
   if (!values.keep) rmSync(dir, { recursive: true, force: true });
 }

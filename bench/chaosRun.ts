@@ -65,6 +65,8 @@ export interface ChaosOptions {
   readonly overlap?: boolean;
   readonly seed?: number;
   readonly log?: Logger;
+  /** Stops the run early (SIGINT or SIGTERM to `npm run chaos`): the kills stop, the pipeline closes, and `runChaos` rejects. */
+  readonly signal?: AbortSignal;
 }
 
 export interface KillRecord {
@@ -154,7 +156,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
       300_000,
       () => trainingDone,
     );
-    const over = () => trainingDone || Date.now() > deadline;
+    const over = () => trainingDone || Date.now() > deadline || options.signal?.aborted === true;
     for (let round = 0; round < options.rounds && !over(); round++) {
       for (const role of CHAOS_ROLES) {
         const [low, high] = options.pauseMs;
@@ -186,6 +188,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
     runDir,
     baseCheckpoint: base,
     log,
+    ...(options.signal ? { signal: options.signal } : {}),
     roleRestarts: 1_000,
     sessionIdleMs: SESSION_IDLE_MS,
     afterTraining: async ({ controllerUrl, controllerToken }) => {
@@ -211,6 +214,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
   });
   trainingDone = true;
   await chaos;
+  if (options.signal?.aborted) throw new Error(`chaos run stopped by ${String(options.signal.reason)}`);
 
   const invariants = await checkRun(runDir, config.trainer.maxStaleness, options.steps, problems);
   invariants["controller view rebuilt (every task has an ALIVE worker)"] = workersBack;

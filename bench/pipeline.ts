@@ -37,7 +37,7 @@ import { AGENTRL_BIN } from "../cli/launch/supervisor.ts";
 import { readMetrics } from "../cli/report/report.ts";
 import { LATENCY_ENV, LatencyOptions } from "../env-images/latency/index.ts";
 import { inFlightGroupCap } from "../functions/feeder/feeder.ts";
-import { readScriptArgs } from "../shared/commandLine.ts";
+import { abortOnStopSignals, readScriptArgs } from "../shared/commandLine.ts";
 import { type ExperimentConfig, parseConfig } from "../shared/config/index.ts";
 import { createLogger } from "../shared/log.ts";
 import type { StepMetrics } from "../shared/protocol/metrics.ts";
@@ -215,7 +215,7 @@ async function readEpisodes(runDir: string): Promise<Episode[]> {
   return episodes;
 }
 
-async function runMode(run: Run, root: string, base: string): Promise<ModeResult> {
+async function runMode(run: Run, root: string, base: string, stopped: AbortSignal): Promise<ModeResult> {
   const name = run.label.replace(/[^a-z0-9]+/g, "-");
   const runDir = join(root, name);
   const log = createLogger(
@@ -230,7 +230,7 @@ async function runMode(run: Run, root: string, base: string): Promise<ModeResult
       config: workload(run, shape.slots),
       runDir,
       baseCheckpoint: base,
-      signal: stop.signal,
+      signal: AbortSignal.any([stop.signal, stopped]),
       log,
       niceness: run.niceness,
     });
@@ -363,6 +363,8 @@ if (flags["compare-nice"])
   runs.push({ label: `async trainer +${compareNice.trainer}`, mode: "async", niceness: compareNice });
 
 const root = mkdtempSync(join(tmpdir(), "agentrl-bench-pipeline-"));
+// A stop ends the mode under way as its end does (roles stopped) and removes the folders unless --keep.
+const stopped = abortOnStopSignals(SCRIPT, "the pipeline under way");
 let exitCode = 0;
 let summary: PipelineSummary | undefined;
 const loads: string[] = [];
@@ -384,7 +386,8 @@ try {
   const results: ModeResult[] = [];
   for (const run of runs) {
     const before = load1();
-    const result = await runMode(run, root, base);
+    const result = await runMode(run, root, base, stopped);
+    if (stopped.aborted) throw new Error(`stopped by ${String(stopped.reason)}`);
     loads.push(`${before} -> ${load1()}`);
     console.log(
       `${run.label}: ${result.records.length} steps in ${result.wallSeconds.toFixed(0)} s${result.interrupted ? " (stopped by --mode-timeout-s)" : ""}; load average ${loads.at(-1)}`,
@@ -450,7 +453,7 @@ try {
   console.error(`bench:pipeline failed: ${(error as Error).message}`);
   exitCode = 1;
 } finally {
-  if (flags.keep || exitCode !== 0) console.log(`run folders kept in ${root}`);
+  if (flags.keep || (exitCode !== 0 && !stopped.aborted)) console.log(`run folders kept in ${root}`);
   else rmSync(root, { recursive: true, force: true });
   console.log(`elapsed ${((performance.now() - benchStarted) / 1000).toFixed(0)} s`);
 }

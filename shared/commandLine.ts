@@ -56,3 +56,21 @@ export function validateScriptArgs<S extends z.ZodTypeAny>(
       .join("; "),
   );
 }
+
+/**
+ * An AbortSignal that fires on the first SIGINT or SIGTERM, its reason the signal's name, for a
+ * script that runs a pipeline or a rehearsal in its own process: passed down, it ends the run the
+ * way its end does (roles stopped, temp folders removed) instead of the process dying with its
+ * roles still running. A second signal exits at once with code 1.
+ */
+export function abortOnStopSignals(script: ScriptUsage, what: string): AbortSignal {
+  const stop = new AbortController();
+  const name = script.command.replace(/\s+--$/, "");
+  for (const signal of ["SIGINT", "SIGTERM"] as const)
+    process.on(signal, () => {
+      if (stop.signal.aborted) process.exit(1);
+      process.stderr.write(`${name}: ${signal}: stopping ${what}\n`);
+      stop.abort(signal);
+    });
+  return stop.signal;
+}

@@ -5,7 +5,7 @@
  *   npm run rehearse -- --runner container                  # every role a container of its image (podman or Docker)
  * Exit code 0 when it passed (or, with --drop, when it failed naming the dropped grant).
  */
-import { readScriptArgs, usageError } from "../../shared/commandLine.ts";
+import { abortOnStopSignals, readScriptArgs, usageError } from "../../shared/commandLine.ts";
 import { buildImage, imageServing, plannedImages } from "../images/build.ts";
 import { detectEngine } from "../images/engine.ts";
 import { ensureNodeBase } from "../images/standInBase.ts";
@@ -30,12 +30,7 @@ const runnerKind = values.runner;
 if (runnerKind !== "process" && runnerKind !== "container")
   usageError(SCRIPT, `--runner: "${runnerKind}" must be process or container`);
 // A stop signal ends the run the way its end does: the roles and the moto server are stopped.
-const stop = new AbortController();
-for (const signal of ["SIGINT", "SIGTERM"] as const)
-  process.once(signal, () => {
-    process.stderr.write(`[rehearse] ${signal}: stopping the roles and the moto server\n`);
-    stop.abort(signal);
-  });
+const stopped = abortOnStopSignals(SCRIPT, "the roles and the moto server");
 process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= "true";
 
 /** The container runner over freshly built images (layers cached: seconds when nothing changed). */
@@ -56,14 +51,14 @@ const result = await rehearse({
   templates,
   runner: runnerKind === "container" ? await containers() : processRunner(),
   ...(runnerKind === "container" ? { timeoutMs: 600_000 } : {}),
-  signal: stop.signal,
+  signal: stopped,
   ...(roleKey && action && resource
     ? { dropGrant: { roleKey, action, resource: new RegExp(resource.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")) } }
     : {}),
 }).catch((error: unknown) => {
   // stopped before any role started: nothing was left running
-  if (!stop.signal.aborted) throw error;
-  process.stderr.write(`rehearsal stopped by ${String(stop.signal.reason)} before its roles started\n`);
+  if (!stopped.aborted) throw error;
+  process.stderr.write(`rehearsal stopped by ${String(stopped.reason)} before its roles started\n`);
   process.exit(1);
 });
 process.stdout.write(`${JSON.stringify(result)}\n`);

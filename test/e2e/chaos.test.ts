@@ -1,5 +1,10 @@
+import { spawn } from "node:child_process";
+import { existsSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 import { CHAOS_ROLES, formatReport, runChaos } from "../../bench/chaosRun.ts";
+import { processesNaming } from "../support/processes.ts";
 import { tempDir } from "../support/tmp.ts";
 
 /**
@@ -27,4 +32,38 @@ describe("chaos: every role SIGKILLed once during a run", () => {
     expect(report.kills.map((k) => k.role).sort(), table).toEqual([...CHAOS_ROLES].sort());
     for (const [name, held] of Object.entries(report.invariants)) expect(held, `${name}\n${table}`).toBe(true);
   }, 300_000);
+});
+
+describe("npm run chaos stopped mid-way", () => {
+  it("stops its roles on SIGTERM, removes its folder and exits 1 saying so", async () => {
+    const root = fileURLToPath(new URL("../..", import.meta.url));
+    const child = spawn(process.execPath, ["--import", "tsx", "bench/chaos.ts", "--minutes", "1"], {
+      cwd: root,
+      stdio: ["ignore", "ignore", "pipe"],
+    });
+    let stderr = "";
+    child.stderr.on("data", (chunk: Buffer) => {
+      stderr += chunk.toString();
+    });
+    const exited = new Promise<number | null>((done) => child.on("exit", (code) => done(code)));
+    // The run is under way once its trainer has started.
+    const trainerUp = (folder: string) => {
+      const log = join(folder, "run", "logs", "trainer.log");
+      return existsSync(log) && readFileSync(log, "utf8").includes(`{"event":"started","role":"trainer"`);
+    };
+    const started = Date.now();
+    let folder = "";
+    while (Date.now() - started < 120_000) {
+      folder = /folder (\S+)/.exec(stderr)?.[1] ?? "";
+      if (folder && trainerUp(folder)) break;
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    expect(trainerUp(folder), stderr).toBe(true);
+    child.kill("SIGTERM");
+    expect(await exited, stderr).toBe(1);
+    expect(stderr).toContain("npm run chaos: SIGTERM: stopping the chaos run");
+    expect(stderr).toContain("chaos run stopped by SIGTERM; no invariant was checked");
+    expect(existsSync(folder)).toBe(false);
+    expect(processesNaming(folder)).toEqual([]);
+  }, 180_000);
 });

@@ -1,3 +1,4 @@
+import { spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { z } from "zod";
@@ -101,6 +102,42 @@ describe("a script's command line (shared/commandLine.ts)", () => {
     });
     expect(run(() => validateScriptArgs(SCRIPT, list, { widths: "4,0" })).err).toMatch(/^npm run thing: --widths: /);
   });
+});
+
+describe("a script stopped by a signal (abortOnStopSignals)", () => {
+  it("aborts on the first SIGTERM or SIGINT, saying so, and exits 1 on the second", async () => {
+    const program = [
+      `const { abortOnStopSignals } = await import(${JSON.stringify(fileURLToPath(new URL("../../shared/commandLine.ts", import.meta.url)))});`,
+      `const stopped = abortOnStopSignals({ command: "npm run thing --", usage: "" }, "the run");`,
+      `stopped.addEventListener("abort", () => console.log("aborted by " + stopped.reason));`,
+      `console.log("ready");`,
+      "setInterval(() => {}, 1000);",
+    ].join("\n");
+    const child = spawn(process.execPath, ["--import", "tsx", "--input-type=module", "-e", program], {
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let out = "";
+    let err = "";
+    child.stdout.on("data", (chunk: Buffer) => {
+      out += chunk.toString();
+    });
+    child.stderr.on("data", (chunk: Buffer) => {
+      err += chunk.toString();
+    });
+    const exited = new Promise<number | null>((done) => child.on("exit", (code) => done(code)));
+    const until = async (check: () => boolean) => {
+      for (const started = Date.now(); !check() && Date.now() - started < 20_000; )
+        await new Promise((r) => setTimeout(r, 50));
+    };
+    await until(() => out.includes("ready"));
+    child.kill("SIGTERM");
+    await until(() => out.includes("aborted by"));
+    expect(out, err).toContain("aborted by SIGTERM");
+    expect(err).toBe("npm run thing: SIGTERM: stopping the run\n");
+    expect(child.exitCode).toBe(null); // the script ends its run itself
+    child.kill("SIGINT");
+    expect(await exited).toBe(1);
+  }, 30_000);
 });
 
 /** Every script package.json runs (and scale-table, which the docs run with tsx), by its entry file. */
