@@ -44,7 +44,7 @@ function seededConfig(experimentId: string): ExperimentConfig {
       // The stale pool serves v0 for both steps and acts on a third of the turns: both pools are pinned.
       crossPolicy: { enabled: true, staleProbability: 0.34, staleEvery: 2 },
     },
-    trainer: { mode: "sync", batchSize: 5, maxSteps: STEPS, warmupFactor: 1, maxStaleness: 2 },
+    trainer: { mode: "sync", batchSize: 3, maxSteps: STEPS, warmupFactor: 1, maxStaleness: 2 },
     evaluation: { instances: 0 },
   });
 }
