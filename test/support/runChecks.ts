@@ -37,7 +37,8 @@ export async function expectFinishedRun(runDir: string, steps: number): Promise<
     const consumed = ledgers.map((l) => l?.consumed ?? []);
     const newest = consumed.at(-1) ?? [];
     expect(new Set(newest).size).toBe(newest.length);
-    expect(newest.length).toBe(steps * config.trainer.batchSize * config.rollout.groupSize);
+    // every step trained its batch; ids dropped as stale or abandoned with their group are consumed too
+    expect(newest.length).toBeGreaterThanOrEqual(steps * config.trainer.batchSize * config.rollout.groupSize);
     for (const earlier of consumed.slice(0, -1)) for (const id of earlier) expect(newest).toContain(id);
     const stored = await storedTrajectories(transport.store("trajectories"));
     for (const id of newest) expect(stored.has(id)).toBe(true);
