@@ -52,6 +52,9 @@ export interface SupervisorOptions {
   readonly nicenessOf?: (roleName: string) => number;
 }
 
+/** How much of a role's stderr an error about its early exit quotes. */
+const STDERR_TAIL_CHARS = 2_000;
+
 interface Running {
   readonly spec: RoleSpec;
   /** The current process (a restart replaces it). */
@@ -59,8 +62,14 @@ interface Running {
   readonly log: WriteStream;
   /** Resolves when the role has exited for good (not when it is about to be restarted). */
   readonly exited: Promise<RoleExit>;
-  /** URL from the role's `{"event":"listening","url":...}` stdout line (servers announce their port this way). */
+  /**
+   * URL from the role's `{"event":"listening","url":...}` stdout line (servers announce their port
+   * this way). A launch that dies before announcing it and is restarted leaves it to the next
+   * launch; it rejects only when the role exits for good without having announced it.
+   */
   listening: Promise<string>;
+  /** Settles {@link listening}; undefined once it has. */
+  announce?: { resolve: (url: string) => void; reject: (error: Error) => void };
   /** Set when we stop it on purpose, so its exit is not reported as a failure. */
   stopped: boolean;
   restarts: number;
@@ -122,36 +131,64 @@ export class Supervisor {
           : `[supervisor] ${spec.name}: could not add niceness ${nice} (${set.error}); it runs at the launcher's\n`,
       );
     }
-    role.listening = new Promise<string>((resolve, reject) => {
-      let buffered = "";
-      const onData = (chunk: Buffer) => {
-        buffered += chunk.toString();
-        for (let nl = buffered.indexOf("\n"); nl >= 0; nl = buffered.indexOf("\n")) {
-          const url = listeningUrl(buffered.slice(0, nl));
-          buffered = buffered.slice(nl + 1);
-          if (url) {
-            child.stdout?.off("data", onData);
-            resolve(url);
-            return;
-          }
+    // A launch after one that announced its URL announces it anew; one after a launch that died
+    // before announcing settles the same promise, so start-up waits through the restart.
+    if (!role.announce) {
+      role.listening = new Promise<string>((resolve, reject) => {
+        role.announce = { resolve, reject };
+      });
+      role.listening.catch(() => {});
+    }
+    let buffered = "";
+    const onData = (chunk: Buffer) => {
+      buffered += chunk.toString();
+      for (let nl = buffered.indexOf("\n"); nl >= 0; nl = buffered.indexOf("\n")) {
+        const url = listeningUrl(buffered.slice(0, nl));
+        buffered = buffered.slice(nl + 1);
+        if (url) {
+          child.stdout?.off("data", onData);
+          role.announce?.resolve(url);
+          role.announce = undefined;
+          return;
         }
-      };
-      child.stdout?.on("data", onData);
-      child.once("exit", (code) => reject(new Error(`${spec.name} exited (${code}) before listening`)));
+      }
+    };
+    child.stdout?.on("data", onData);
+    // what the role said last, for the error when it dies before it listens
+    let stderrTail = "";
+    child.stderr?.on("data", (chunk: Buffer) => {
+      stderrTail = (stderrTail + chunk.toString()).slice(-STDERR_TAIL_CHARS);
     });
-    role.listening.catch(() => {});
     child.once("exit", (code, signal) => {
       const exit = { name: spec.name, code, signal };
       const expected = this.stopping || role.stopped || (spec.primary === true && code === 0);
       if (!expected && role.restarts < (spec.maxRestarts ?? 0)) {
         role.restarts += 1;
         log.write(`\n[supervisor] ${spec.name} exited (code ${code}, signal ${signal}); restart ${role.restarts}\n`);
-        setTimeout(() => (this.stopping || role.stopped ? finish(exit) : this.launch(role, finish)), 1_000);
+        setTimeout(() => {
+          if (this.stopping || role.stopped) {
+            this.neverListened(role, exit, stderrTail);
+            finish(exit);
+          } else this.launch(role, finish);
+        }, 1_000);
         return;
       }
+      this.neverListened(role, exit, stderrTail);
       if (!expected) this.reportUnexpected(exit);
       finish(exit);
     });
+  }
+
+  /** Rejects a role's URL when it exits for good before announcing one, with the end of what it wrote to stderr. */
+  private neverListened(role: Running, exit: RoleExit, stderrTail: string): void {
+    if (!role.announce) return;
+    const said = stderrTail.trim() === "" ? "" : `; the end of its stderr:\n${stderrTail.trimEnd()}`;
+    role.announce.reject(
+      new Error(
+        `${exit.name} exited (code ${exit.code}, signal ${exit.signal}) before listening; see ${join(this.runDir, "logs", `${exit.name}.log`)}${said}`,
+      ),
+    );
+    role.announce = undefined;
   }
 
   /** Process id of a role's current process (undefined before it started or for an unknown name). */

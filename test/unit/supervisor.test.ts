@@ -1,5 +1,6 @@
 import { spawn } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
+import { type AddressInfo, createServer } from "node:net";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
@@ -33,6 +34,29 @@ describe("Supervisor", () => {
     expect(exits.map((e) => e.name)).toEqual(["bad-worker", "controller"]);
     expect(readFileSync(join(runDir, "logs", "bad-worker.log"), "utf8")).toMatch(/no-such-task/);
     await expect(fetch(`${url}/api/list_workers`)).rejects.toThrow();
+  });
+
+  it("waits through the restart of a server that died before listening, and quotes its stderr when none is left", async () => {
+    // The port is taken when the controller first starts: that launch exits on EADDRINUSE.
+    const blocker = createServer();
+    await new Promise<void>((resolve) => blocker.listen(0, "127.0.0.1", resolve));
+    const port = (blocker.address() as AddressInfo).port;
+    const supervisor = new Supervisor(tempDir("agentrl-supervisor-restart-"));
+    try {
+      supervisor.start({ name: "once", args: ["controller", "--port", String(port)] });
+      await expect(supervisor.urlOf("once")).rejects.toThrow(
+        /^once exited \(code 1, signal null\) before listening; see \S+once\.log; the end of its stderr:\n[\s\S]*EADDRINUSE/,
+      );
+      supervisor.start({ name: "restarted", args: ["controller", "--port", String(port)], maxRestarts: 3 });
+      const url = supervisor.urlOf("restarted");
+      // the first launch has died on the taken port; the port frees before the restart a second later
+      await waitFor("the first launch's exit", async () => supervisor.restartsOf("restarted") === 1, 30_000);
+      await new Promise((resolve) => blocker.close(resolve));
+      expect(await url).toBe(`http://127.0.0.1:${port}`);
+    } finally {
+      blocker.close();
+      await supervisor.stopAll();
+    }
   });
 
   it("stopAll ends a readiness wait on its roles at once, rather than at the wait's timeout", async () => {
