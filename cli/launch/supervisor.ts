@@ -139,6 +139,12 @@ export class Supervisor {
       });
       role.listening.catch(() => {});
     }
+    // what the role said last, for the error when it dies before it listens
+    let stderrTail = "";
+    const keepTail = (chunk: Buffer) => {
+      stderrTail = (stderrTail + chunk.toString()).slice(-STDERR_TAIL_CHARS);
+    };
+    child.stderr?.on("data", keepTail);
     let buffered = "";
     const onData = (chunk: Buffer) => {
       buffered += chunk.toString();
@@ -147,6 +153,7 @@ export class Supervisor {
         buffered = buffered.slice(nl + 1);
         if (url) {
           child.stdout?.off("data", onData);
+          child.stderr?.off("data", keepTail);
           role.announce?.resolve(url);
           role.announce = undefined;
           return;
@@ -154,11 +161,6 @@ export class Supervisor {
       }
     };
     child.stdout?.on("data", onData);
-    // what the role said last, for the error when it dies before it listens
-    let stderrTail = "";
-    child.stderr?.on("data", (chunk: Buffer) => {
-      stderrTail = (stderrTail + chunk.toString()).slice(-STDERR_TAIL_CHARS);
-    });
     child.once("exit", (code, signal) => {
       const exit = { name: spec.name, code, signal };
       const expected = this.stopping || role.stopped || (spec.primary === true && code === 0);
