@@ -1,3 +1,4 @@
+import { rmSync } from "node:fs";
 import { mkdtemp, writeFile } from "node:fs/promises";
 import { networkInterfaces, tmpdir } from "node:os";
 import { join } from "node:path";
@@ -112,12 +113,12 @@ export function roleArgv(env: ContainerEnv, files: { configFile: string; sweepFi
 
 /**
  * Validates the container environment and writes the resolved experiment config (or the sweep
- * spec) to a temp file; returns the `agentrl` arguments that start the role.
+ * spec) to a temp folder; returns the `agentrl` arguments that start the role, and that folder.
  */
 export async function prepareContainer(
   rawEnv: NodeJS.ProcessEnv,
   options: { extraArgs?: readonly string[]; readS3Text?: ReadS3Text } = {},
-): Promise<{ env: ContainerEnv; argv: string[] }> {
+): Promise<{ env: ContainerEnv; argv: string[]; dir: string }> {
   const env = parseContainerEnv(rawEnv);
   const dir = await mkdtemp(join(tmpdir(), `agentrl-${env.AGENTRL_ROLE}-`));
   const configFile = join(dir, "config.json");
@@ -131,7 +132,7 @@ export async function prepareContainer(
     await writeFile(configFile, JSON.stringify(config, null, 2));
     if (env.AGENTRL_ROLE === "env") await ensureAgentBenchData(env.AGENTRL_TASK, config.tasks.agentbench.dir);
   }
-  return { env, argv: [...roleArgv(env, { configFile, sweepFile }), ...(options.extraArgs ?? [])] };
+  return { env, argv: [...roleArgv(env, { configFile, sweepFile }), ...(options.extraArgs ?? [])], dir };
 }
 
 /**
@@ -162,7 +163,9 @@ export function register(program: Command): void {
     .option("--print", "print the role's resolved agentrl arguments instead of starting it")
     .argument("[args...]", "extra arguments for the role (after --)")
     .action(async (args: string[], options: { print?: boolean }) => {
-      const { env, argv } = await prepareContainer(process.env, { extraArgs: args });
+      const { env, argv, dir } = await prepareContainer(process.env, { extraArgs: args });
+      // the resolved config lives as long as the role (a process runner's host keeps its /tmp)
+      process.once("exit", () => rmSync(dir, { recursive: true, force: true }));
       if (options.print) {
         process.stdout.write(`${JSON.stringify({ role: env.AGENTRL_ROLE, argv })}\n`);
         return;

@@ -18,7 +18,7 @@
  */
 
 import { type ChildProcess, spawn } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -90,19 +90,22 @@ export function synthesizeForRehearsal(config: ExperimentConfig = REHEARSAL_CONF
   const cdkJson = JSON.parse(readFileSync(join(REPOSITORY_ROOT, "cdk.json"), "utf8")) as {
     context?: Record<string, unknown>;
   };
-  const app = new App({
-    outdir: mkdtempSync(join(tmpdir(), "agentrl-rehearse-cdk-")),
-    context: { ...cdkJson.context, "aws:cdk:disable-asset-staging": true },
-  });
-  buildAgentRlApp(app, { config, repositoryRoot: REPOSITORY_ROOT });
-  const assembly = app.synth();
-  const template = (name: string) => assembly.getStackByName(name).template as CfnTemplate;
-  return {
-    config,
-    stores: template("AgentRlStores"),
-    messaging: template("AgentRlMessaging"),
-    compute: template("AgentRlCompute"),
-  };
+  const outdir = mkdtempSync(join(tmpdir(), "agentrl-rehearse-cdk-"));
+  // the templates are read into memory; the cloud assembly on disk is not needed after
+  try {
+    const app = new App({ outdir, context: { ...cdkJson.context, "aws:cdk:disable-asset-staging": true } });
+    buildAgentRlApp(app, { config, repositoryRoot: REPOSITORY_ROOT });
+    const assembly = app.synth();
+    const template = (name: string) => assembly.getStackByName(name).template as CfnTemplate;
+    return {
+      config,
+      stores: template("AgentRlStores"),
+      messaging: template("AgentRlMessaging"),
+      compute: template("AgentRlCompute"),
+    };
+  } finally {
+    rmSync(outdir, { recursive: true, force: true });
+  }
 }
 
 /** One refused call, from a role's stderr. */
@@ -503,6 +506,7 @@ export async function rehearse(options: RehearsalOptions): Promise<RehearsalResu
     for (const child of running.values()) if (child.exitCode === null) child.kill("SIGKILL");
     await runner.cleanup();
     await moto.stop();
+    rmSync(dirname(authorizationLog), { recursive: true, force: true });
     for (const client of [cfn, iam, s3, sqs]) client.destroy();
   }
 }

@@ -6,7 +6,7 @@
  * and stderr (denials) as it runs.
  */
 import { type ChildProcess, spawn } from "node:child_process";
-import { mkdtempSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { constants, tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -86,6 +86,13 @@ function waitForExit(child: ChildProcess, limitMs: number): Promise<boolean> {
  * addresses (host, ports, peer URLs) are the one part of the environment this runner sets itself.
  */
 export function processRunner(): RoleRunner {
+  /** The roles' run folders, removed by cleanup(). */
+  const runDirs: string[] = [];
+  const runDir = (definition: TaskRoleDefinition) => {
+    const dir = mkdtempSync(join(tmpdir(), `agentrl-rehearse-${definition.role}-`));
+    runDirs.push(dir);
+    return dir;
+  };
   const ports = new Map<string, number>();
   const portOf = async (key: string) => {
     if (!ports.has(key)) ports.set(key, await freePort());
@@ -130,7 +137,9 @@ export function processRunner(): RoleRunner {
         AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: "true",
         AGENTRL_LOG_LEVEL: "warn",
         // the trainer's run folder (metrics.jsonl) goes to a temp dir, not the checkout
-        AGENTRL__runDir: mkdtempSync(join(tmpdir(), `agentrl-rehearse-${definition.role}-`)),
+        AGENTRL__runDir: runDir(definition),
+        // where the rehearsal's own temp files go (the container command writes the role's config there)
+        ...(process.env.TMPDIR ? { TMPDIR: process.env.TMPDIR } : {}),
         // the role stops if the rehearsal is killed without stopping it (cli/supervisorWatch.ts)
         [SUPERVISOR_PID_ENV]: String(process.pid),
       };
@@ -154,7 +163,9 @@ export function processRunner(): RoleRunner {
         exitCode: exitCodeOf(child),
       };
     },
-    async cleanup() {},
+    async cleanup() {
+      for (const dir of runDirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+    },
   };
 }
 

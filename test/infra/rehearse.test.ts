@@ -1,3 +1,4 @@
+import { readdirSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import {
   REHEARSAL_GATEWAY_CONFIG,
@@ -5,6 +6,7 @@ import {
   rehearse,
   synthesizeForRehearsal,
 } from "../../infra/rehearse/rehearse.ts";
+import { tempDir } from "../support/tmp.ts";
 
 /**
  * The deploy rehearsal (infra/rehearse/rehearse.ts, `npm run rehearse`): the stacks deployed into
@@ -15,6 +17,26 @@ import {
  */
 // The SDK's Node 20 notice would only clutter the output (as in test/support/moto.ts).
 process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= "true";
+
+/**
+ * Runs `work` with the OS temp dir pointed at a fresh folder, which it must leave empty: the
+ * rehearsal's temp files (its roles' run folders and configs, moto's log, the synthesized
+ * assembly) are removed when it ends, however it ends.
+ */
+async function leavingNoTempFiles<T>(work: () => Promise<T>): Promise<T> {
+  const folder = tempDir("agentrl-rehearse-tmpdir-");
+  const before = process.env.TMPDIR;
+  process.env.TMPDIR = folder;
+  let result: T;
+  try {
+    result = await work();
+  } finally {
+    if (before === undefined) delete process.env.TMPDIR;
+    else process.env.TMPDIR = before;
+  }
+  expect(readdirSync(folder)).toEqual([]);
+  return result;
+}
 
 /** The default deployment's templates, synthesized once for the runs that use them. */
 let defaultTemplates: RehearsalTemplates | undefined;
@@ -32,7 +54,9 @@ describe("deploy rehearsal under enforced IAM", () => {
 
   it("runs every role and the gateway with its own task role's permissions until the trainer publishes v1 to v3", async () => {
     const run = logged();
-    const result = await rehearse({ templates: synthesizeForRehearsal(REHEARSAL_GATEWAY_CONFIG), log: run.log });
+    const result = await leavingNoTempFiles(() =>
+      rehearse({ templates: synthesizeForRehearsal(REHEARSAL_GATEWAY_CONFIG), log: run.log }),
+    );
     expect(result.failure, run.text()).toBe("");
     expect(result.denials).toEqual([]);
     expect(result.versions).toEqual([0, 1, 2, 3]);
@@ -102,15 +126,17 @@ describe("deploy rehearsal stopped mid-way (a SIGTERM to npm run rehearse)", () 
   it("fails as stopped and stops every role it started, each on SIGTERM", async () => {
     const stop = new AbortController();
     const lines: string[] = [];
-    const result = await rehearse({
-      templates: templates(),
-      signal: stop.signal,
-      log: (line) => {
-        lines.push(line);
-        // every role is up: stop the run before the trainer's first step
-        if (line.startsWith("started ")) stop.abort("SIGTERM");
-      },
-    });
+    const result = await leavingNoTempFiles(() =>
+      rehearse({
+        templates: templates(),
+        signal: stop.signal,
+        log: (line) => {
+          lines.push(line);
+          // every role is up: stop the run before the trainer's first step
+          if (line.startsWith("started ")) stop.abort("SIGTERM");
+        },
+      }),
+    );
     expect(result.failure, lines.join("\n")).toBe("stopped by SIGTERM");
     expect(result.passed).toBe(false);
     expect(Object.keys(result.stops).sort()).toEqual(
