@@ -1,11 +1,10 @@
-import { mkdtempSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { CreateAccessKeyCommand, CreateUserCommand, IAMClient, PutUserPolicyCommand } from "@aws-sdk/client-iam";
 import { CreateBucketCommand, S3Client } from "@aws-sdk/client-s3";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type AccessKey, type EnforcingMoto, REGION, startEnforcingMoto } from "../../infra/rehearse/moto.ts";
 import { AwsObjectStore } from "../../shared/transport/aws.ts";
+import { tempDir } from "../support/tmp.ts";
 
 /**
  * S3's missing-key rule, which the rehearsal's moto shim applies (moto itself does not): a GET or
@@ -24,7 +23,7 @@ describe("S3's missing-key rule under the rehearsal's enforcing moto", () => {
   const stores = new Map<string, AwsObjectStore>();
 
   beforeAll(async () => {
-    moto = await startEnforcingMoto(join(mkdtempSync(join(tmpdir(), "agentrl-s3rule-")), "authorized.jsonl"));
+    moto = await startEnforcingMoto(join(tempDir("agentrl-s3rule-"), "authorized.jsonl"));
     const clients = { region: REGION, endpoint: moto.endpoint, credentials: moto.admin };
     const s3 = new S3Client({ ...clients, forcePathStyle: true });
     const iam = new IAMClient(clients);
