@@ -4,6 +4,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 import { CHAOS_ROLES, formatReport, runChaos } from "../../bench/chaosRun.ts";
+import { waitFor } from "../env/helpers.ts";
 import { processesNaming } from "../support/processes.ts";
 import { tempDir } from "../support/tmp.ts";
 
@@ -51,13 +52,12 @@ describe("npm run chaos stopped mid-way", () => {
       const log = join(folder, "run", "logs", "trainer.log");
       return existsSync(log) && readFileSync(log, "utf8").includes(`{"event":"started","role":"trainer"`);
     };
-    const started = Date.now();
     let folder = "";
-    while (Date.now() - started < 120_000) {
+    const underWay = () => {
       folder = /folder (\S+)/.exec(stderr)?.[1] ?? "";
-      if (folder && trainerUp(folder)) break;
-      await new Promise((r) => setTimeout(r, 200));
-    }
+      return folder !== "" && trainerUp(folder);
+    };
+    await waitFor(underWay, 120_000, "the chaos run's trainer", 200).catch(() => undefined);
     expect(trainerUp(folder), stderr).toBe(true);
     child.kill("SIGTERM");
     expect(await exited, stderr).toBe(1);

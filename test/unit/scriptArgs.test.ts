@@ -3,6 +3,7 @@ import { fileURLToPath } from "node:url";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { z } from "zod";
 import { readScriptArgs, validateScriptArgs } from "../../shared/commandLine.ts";
+import { waitFor } from "../env/helpers.ts";
 import { runProcess } from "../support/cli.ts";
 
 /** process.exit, stubbed to end the call the way it ends the script, with what was printed. */
@@ -125,13 +126,9 @@ describe("a script stopped by a signal (abortOnStopSignals)", () => {
       err += chunk.toString();
     });
     const exited = new Promise<number | null>((done) => child.on("exit", (code) => done(code)));
-    const until = async (check: () => boolean) => {
-      for (const started = Date.now(); !check() && Date.now() - started < 20_000; )
-        await new Promise((r) => setTimeout(r, 50));
-    };
-    await until(() => out.includes("ready"));
+    await waitFor(() => out.includes("ready"), 20_000, "the script to start", 50);
     child.kill("SIGTERM");
-    await until(() => out.includes("aborted by"));
+    await waitFor(() => out.includes("aborted by"), 20_000, "the script to abort", 50).catch(() => undefined);
     expect(out, err).toContain("aborted by SIGTERM");
     expect(err).toBe("npm run thing: SIGTERM: stopping the run\n");
     expect(child.exitCode).toBe(null); // the script ends its run itself
