@@ -78,7 +78,13 @@ export async function runPipeline(options: PipelineOptions): Promise<PipelineRes
   const started = Date.now();
   const restarts = options.roleRestarts ?? ROLE_RESTARTS;
 
-  const transport = await createTransport(config.transport);
+  const transport = await createTransport(config.transport, {
+    onEndpointWait: (reason) =>
+      log.warn(
+        { endpoint: config.transport.endpoint, reason, waitSeconds: config.transport.endpointWaitSeconds },
+        "waiting for the AWS endpoint to accept connections",
+      ),
+  });
   const checkpoints = transport.store("checkpoints");
   // Every role of the run shares fresh secrets unless the environment sets them (AGENTRL_ENV_SECRET, ...).
   const secrets = withGeneratedSecrets();

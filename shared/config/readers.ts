@@ -17,6 +17,7 @@ export const CONFIG_READERS: Readonly<Record<string, readonly string[]>> = {
   "transport.checkpointBucket": ["shared/transport/aws.ts", "infra/constructs/stores.ts"],
   "transport.maxReceiveCount": ["shared/transport/local.ts", "infra/constructs/messaging.ts"],
   "transport.visibilityTimeoutSeconds": ["functions/rollout/worker.ts", "trainer-image/trainer/trainer.ts"],
+  "transport.endpointWaitSeconds": ["shared/transport/aws.ts"],
   "tasks.mix": ["functions/feeder/feeder.ts", "cli/launch/pipeline.ts", "infra/stacks/computeStack.ts"],
   "tasks.mix[].name": ["functions/feeder/feeder.ts"],
   "tasks.mix[].weight": ["functions/feeder/plan.ts"],

@@ -21,6 +21,17 @@ export const TransportConfig = z
     maxReceiveCount: z.number().int().min(1).max(1000).default(5).describe("deliveries before dead-lettering"),
     /** Default visibility timeout of received messages, seconds. */
     visibilityTimeoutSeconds: z.number().int().min(1).max(43_200).default(300).describe("queue visibility timeout (s)"),
+    /**
+     * How long creating the queues and buckets at an `endpoint` keeps trying while it refuses
+     * connections: a moto server or LocalStack started a moment before is often not listening yet.
+     */
+    endpointWaitSeconds: z
+      .number()
+      .int()
+      .min(0)
+      .max(600)
+      .default(30)
+      .describe("how long to wait for an endpoint that is not up yet (s)"),
   })
   .strict();
 export type TransportConfig = z.infer<typeof TransportConfig>;

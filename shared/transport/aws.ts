@@ -30,7 +30,14 @@ import {
   SQSClient,
 } from "@aws-sdk/client-sqs";
 import type { TransportConfig } from "../config/transport.ts";
-import { AccessDeniedError, MissingResourceError, ReceiptHandleError, TransportError } from "./errors.ts";
+import { sleep } from "../sleep.ts";
+import {
+  AccessDeniedError,
+  isTransientTransportError,
+  MissingResourceError,
+  ReceiptHandleError,
+  TransportError,
+} from "./errors.ts";
 import {
   type DeadLetter,
   MAX_RECEIVE_COUNT_EXCEEDED,
@@ -551,9 +558,31 @@ export class AwsTransport implements Transport {
 
   /**
    * Creates every queue (with its DLQ and redrive policy) and both buckets when missing; safe to
-   * call again. For moto and LocalStack; in AWS the CDK stack owns these resources.
+   * call again. For moto and LocalStack; in AWS the CDK stack owns these resources. An endpoint
+   * that refuses connections or times out is tried again for `endpointWaitSeconds` (a server
+   * started a moment before is not listening yet; `onWait` hears the first refusal), then the
+   * call fails with one line naming the endpoint.
    */
-  async ensureResources(): Promise<void> {
+  async ensureResources(onWait?: (reason: string) => void): Promise<void> {
+    const deadline = Date.now() + this.config.endpointWaitSeconds * 1000;
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await this.createResources();
+      } catch (error) {
+        if (!isTransientTransportError(error)) throw error;
+        const reason = error instanceof Error ? error.message : String(error);
+        if (Date.now() >= deadline)
+          throw new TransportError(
+            `cannot reach the AWS endpoint ${this.config.endpoint ?? `of ${this.config.region}`} to create the queues and buckets: ${reason} (tried for ${this.config.endpointWaitSeconds} s, transport.endpointWaitSeconds; is moto or LocalStack running there?)`,
+            { cause: error },
+          );
+        if (attempt === 0) onWait?.(reason);
+        await sleep(Math.min(250 * 2 ** attempt, 2000, Math.max(0, deadline - Date.now())));
+      }
+    }
+  }
+
+  private async createResources(): Promise<void> {
     await Promise.all([
       ...QUEUE_NAMES.map((name) => this.ensureQueue(name)),
       ...[this.config.trajectoryBucket, this.config.checkpointBucket].map((bucket) => this.ensureBucket(bucket)),

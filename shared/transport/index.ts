@@ -20,6 +20,8 @@ export interface CreateTransportOptions {
    * @default true when `config.endpoint` is set (moto, LocalStack), false for real AWS (the CDK stack owns them)
    */
   readonly ensureResources?: boolean;
+  /** Hears why the endpoint is being waited for, once, while creating resources (see ensureResources). */
+  readonly onEndpointWait?: (reason: string) => void;
 }
 
 /**
@@ -39,7 +41,7 @@ export async function createTransport(
   }
   const { AwsTransport } = await import("./aws.ts");
   const transport = new AwsTransport(config);
-  if (options.ensureResources ?? config.endpoint !== undefined) await transport.ensureResources();
+  if (options.ensureResources ?? config.endpoint !== undefined) await transport.ensureResources(options.onEndpointWait);
   return transport;
 }
 

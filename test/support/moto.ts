@@ -18,12 +18,13 @@ export function setDummyAwsCredentials(): void {
 }
 
 /**
- * Starts `python3 -m moto.server` on a free port and waits until it answers (slow to import on a
- * busy machine). `host` is the address it binds (containers reach it at one of the host's own).
+ * Starts `python3 -m moto.server` on `port` (default: a free one) and waits until it answers
+ * (slow to import on a busy machine). `host` is the address it binds (containers reach it at one
+ * of the host's own).
  */
-export async function startMoto(timeoutMs = 55_000, host = "127.0.0.1"): Promise<MotoServer> {
+export async function startMoto(timeoutMs = 55_000, host = "127.0.0.1", port?: number): Promise<MotoServer> {
   setDummyAwsCredentials();
-  const port = await freePort();
+  port ??= await freePort();
   const endpoint = `http://${host}:${port}`;
   const child: ChildProcess = spawn("python3", ["-m", "moto.server", "-H", host, "-p", String(port)], {
     stdio: ["ignore", "ignore", "pipe"],
