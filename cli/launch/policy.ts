@@ -1,4 +1,3 @@
-import { freePort } from "../../shared/net.ts";
 import type { Supervisor } from "./supervisor.ts";
 
 export interface PolicyServerSpec {
@@ -10,14 +9,13 @@ export interface PolicyServerSpec {
   readonly pool: "current" | "stale" | "pinned";
   /** For `pinned`: the version (number or `newest` at start). */
   readonly version?: number | "newest";
-  /** Restarts after a crash, on the same port (it loads the newest version again). @default 0 */
+  /** Restarts after a crash, on the port it first got (it loads the newest version again). @default 0 */
   readonly maxRestarts?: number;
 }
 
 /** Starts `agentrl policy serve` as a child process and returns its OpenAI base URL (`.../v1`). */
 export async function startPolicyServer(supervisor: Supervisor, spec: PolicyServerSpec): Promise<string> {
-  const port = spec.maxRestarts ? await freePort() : 0;
-  const args = ["policy", "serve", "--port", String(port), "--config", spec.configFile];
+  const args = ["policy", "serve", "--port", "0", "--config", spec.configFile];
   if (spec.pool === "pinned") args.push("--pin", "--set", `policy.init=${spec.version ?? "newest"}`);
   else args.push("--pool", spec.pool);
   supervisor.start({ name: spec.name, args, maxRestarts: spec.maxRestarts ?? 0 });

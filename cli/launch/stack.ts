@@ -2,7 +2,6 @@ import { join } from "node:path";
 import { stopListedWorkers } from "../../functions/envpool/processDriver.ts";
 import { ControllerClient } from "../../shared/env/client.ts";
 import type { Logger } from "../../shared/log.ts";
-import { freePort } from "../../shared/net.ts";
 import { type Supervisor, waitFor } from "./supervisor.ts";
 
 export interface EnvStackOptions {
@@ -47,7 +46,8 @@ export async function startEnvStack(supervisor: Supervisor, options: EnvStackOpt
   if (options.controllerUrl) return options.controllerUrl;
   const config = options.configFile ? ["--config", options.configFile] : [];
   const restarts = options.controllerRestarts ?? 0;
-  const port = options.controllerPort || (restarts > 0 ? await freePort() : 0);
+  // port 0: the controller binds a free port itself and keeps it through restarts (Supervisor)
+  const port = options.controllerPort || 0;
   const idle = options.sessionIdleMs ? ["--session-idle-ms", String(options.sessionIdleMs)] : [];
   supervisor.start({
     name: "controller",

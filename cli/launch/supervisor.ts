@@ -27,8 +27,9 @@ export interface RoleSpec {
   readonly primary?: boolean;
   /**
    * Restart the role when it dies (as ECS restarts a task), up to this many times; for roles that
-   * keep their state in the queues and stores (trainer, feeder, rollout workers), and for servers
-   * started on a fixed port (shared/net.ts `freePort`) so that the URL others hold stays valid. @default 0
+   * keep their state in the queues and stores (trainer, feeder, rollout workers), and for servers:
+   * one started with `--port 0` is restarted on the port it announced, so the URL others hold
+   * stays valid. @default 0
    */
   readonly maxRestarts?: number;
   /**
@@ -57,6 +58,8 @@ const STDERR_TAIL_CHARS = 2_000;
 
 interface Running {
   readonly spec: RoleSpec;
+  /** The arguments of the next launch: the spec's, with `--port 0` replaced by the announced port. */
+  args: readonly string[];
   /** The current process (a restart replaces it). */
   child: ChildProcess;
   readonly log: WriteStream;
@@ -107,14 +110,14 @@ export class Supervisor {
     const exited = new Promise<RoleExit>((resolve) => {
       finish = resolve;
     });
-    const role = { spec, log, exited, stopped: false, restarts: 0 } as Running;
+    const role = { spec, args: spec.args, log, exited, stopped: false, restarts: 0 } as Running;
     this.launch(role, finish);
     this.running.push(role);
   }
 
   private launch(role: Running, finish: (exit: RoleExit) => void): void {
     const { spec, log } = role;
-    const child = spawn(process.execPath, [...(spec.nodeFlags ?? []), AGENTRL_BIN, ...spec.args], {
+    const child = spawn(process.execPath, [...(spec.nodeFlags ?? []), AGENTRL_BIN, ...role.args], {
       // its roles stop when this process is gone, even SIGKILLed (cli/supervisorWatch.ts)
       env: { ...this.baseEnv, ...spec.env, [SUPERVISOR_PID_ENV]: String(process.pid) },
       stdio: ["ignore", "pipe", "pipe"],
@@ -154,6 +157,7 @@ export class Supervisor {
         if (url) {
           child.stdout?.off("data", onData);
           child.stderr?.off("data", keepTail);
+          role.args = withAnnouncedPort(role.args, url);
           role.announce?.resolve(url);
           role.announce = undefined;
           return;
@@ -296,4 +300,16 @@ export async function waitFor(
     if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
     await sleep(200, undefined, signal ? { signal } : {}).catch(() => undefined);
   }
+}
+
+/**
+ * `args` with a `--port 0` replaced by the port of the URL the server announced. The server binds
+ * port 0 itself, so no other process can take its port between a pick and the bind (as with a
+ * port picked beforehand); its restarts then bind the port it got.
+ */
+export function withAnnouncedPort(args: readonly string[], url: string): readonly string[] {
+  const at = args.indexOf("--port");
+  if (at < 0 || args[at + 1] !== "0") return args;
+  const port = new URL(url).port;
+  return port === "" ? args : [...args.slice(0, at + 1), port, ...args.slice(at + 2)];
 }

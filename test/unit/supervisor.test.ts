@@ -4,7 +4,7 @@ import { type AddressInfo, createServer } from "node:net";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
-import { Supervisor, waitFor } from "../../cli/launch/supervisor.ts";
+import { Supervisor, waitFor, withAnnouncedPort } from "../../cli/launch/supervisor.ts";
 import { SUPERVISOR_PID_ENV } from "../../cli/supervisorWatch.ts";
 import {
   DATA_PARALLEL_NODE_FLAGS,
@@ -57,6 +57,43 @@ describe("Supervisor", () => {
       blocker.close();
       await supervisor.stopAll();
     }
+  });
+
+  it("restarts a server started on port 0 on the port it announced, so its URL stays valid", async () => {
+    const supervisor = new Supervisor(tempDir("agentrl-supervisor-port0-"));
+    try {
+      supervisor.start({ name: "controller", args: ["controller", "--port", "0"], maxRestarts: 1 });
+      const url = await supervisor.urlOf("controller");
+      const port = new URL(url).port;
+      expect(Number(port)).toBeGreaterThan(0);
+      const first = supervisor.pidOf("controller") as number;
+      process.kill(first, "SIGKILL");
+      await waitFor("the restart", async () => supervisor.restartsOf("controller") === 1, 30_000);
+      await waitFor("the restarted controller", async () => supervisor.pidOf("controller") !== first, 30_000);
+      const argv = readFileSync(`/proc/${supervisor.pidOf("controller")}/cmdline`, "utf8").split("\0");
+      expect(argv.slice(argv.indexOf("--port"), argv.indexOf("--port") + 2)).toEqual(["--port", port]);
+      await waitFor(
+        "the restarted controller to answer at the first URL",
+        // any answer: the restarted controller listens there
+        async () => (await fetch(`${url}/api/get_tasks`).catch(() => undefined)) !== undefined,
+        30_000,
+      );
+    } finally {
+      await supervisor.stopAll();
+    }
+  });
+
+  it("replaces only a --port 0 with the announced port", () => {
+    const url = "http://127.0.0.1:43123";
+    expect(withAnnouncedPort(["controller", "--port", "0", "--config", "c.json"], url)).toEqual([
+      "controller",
+      "--port",
+      "43123",
+      "--config",
+      "c.json",
+    ]);
+    expect(withAnnouncedPort(["controller", "--port", "5020"], url)).toEqual(["controller", "--port", "5020"]);
+    expect(withAnnouncedPort(["trainer", "--config", "c.json"], url)).toEqual(["trainer", "--config", "c.json"]);
   });
 
   it("stopAll ends a readiness wait on its roles at once, rather than at the wait's timeout", async () => {
