@@ -48,7 +48,7 @@ export function nextStepsText(runDir: string, options: { configFile?: string; ev
     "",
     "next:",
     `  npx agentrl view ${run}    # trajectories, tokens, trainer steps and the report in a browser`,
-    `  npx agentrl eval --run ${run} --policy newest --n ${options.evalN}    # evaluate a version again (--policy N for another)`,
+    `  npx agentrl eval --run ${run} --policy 0 newest --n ${options.evalN}    # evaluate again: the newest version against its base, instance by instance`,
   ];
   if (config)
     lines.push(`  npx agentrl train -c ${config} --set trainer.maxSteps=20    # train longer (a new run folder)`);

@@ -5,6 +5,7 @@ import type { ExperimentConfig } from "../../shared/config/index.ts";
 import { ValidationError } from "../../shared/errors.ts";
 import { createLogger } from "../../shared/log.ts";
 import { newestVersion } from "../../shared/protocol/checkpoints.ts";
+import type { EvalReport } from "../../shared/protocol/metrics.ts";
 import { secretEnv, withGeneratedSecrets } from "../../shared/security/secrets.ts";
 import { createTransport } from "../../shared/transport/index.ts";
 import { EXIT_CODES } from "../exitCodes.ts";
@@ -18,7 +19,7 @@ import { displayPath, runFolderConfig } from "../runFolder.ts";
 import { intOption } from "./controller.ts";
 
 interface EvalOptions {
-  policy?: string;
+  policy?: string[];
   run?: string;
   model?: string;
   apiKeyEnv?: string;
@@ -42,8 +43,8 @@ export function register(program: Command): void {
       .command("eval")
       .description("evaluate a policy version or an OpenAI-compatible endpoint on the tasks' held-out split")
       .option(
-        "--policy <version|url>",
-        "a version number, `newest`, or an OpenAI-compatible base URL (…/v1); with --run, default newest",
+        "--policy <version|url...>",
+        "a version number, `newest`, or an OpenAI-compatible base URL (…/v1); several (`--policy 0 newest`) play the same instances and the last is compared with the first, instance by instance; with --run, default newest",
         policyOption,
       )
       .option(
@@ -97,8 +98,8 @@ export function register(program: Command): void {
       throw new ValidationError("eval options", [
         { path: "--run", message: "give --run or --config, not both (a run folder brings its own config.json)" },
       ]);
-    const policy = options.policy ?? (options.run ? "newest" : undefined);
-    if (policy === undefined)
+    const policies = options.policy ?? (options.run ? ["newest"] : undefined);
+    if (policies === undefined)
       throw new ValidationError("eval options", [
         {
           path: "--policy",
@@ -108,11 +109,20 @@ export function register(program: Command): void {
     const sampling = { temperature: options.temperature, topP: options.topP, samples: options.samples };
     const config = options.run ? await runFolderConfig(options.run, options.set) : await configFromOptions(options);
     const n = options.n ?? (options.run && config.evaluation.instances > 0 ? config.evaluation.instances : 50);
-    const isUrl = /^https?:\/\//.test(policy);
-    const apiKey = isUrl ? apiKeyOf(options.apiKeyEnv) : undefined;
+    const apiKey = policies.some(isUrl) ? apiKeyOf(options.apiKeyEnv) : undefined;
     // "newest" is resolved once, here: the report names the version it measured, and a trainer
     // publishing meanwhile cannot change it under the evaluation.
-    const version = isUrl ? undefined : await resolveVersion(config, policy);
+    const targets: EvalTarget[] = [];
+    for (const policy of policies)
+      targets.push(isUrl(policy) ? { url: policy } : { version: await resolveVersion(config, policy) });
+    const labels = targets.map(
+      (t) => `${t.version === undefined ? (options.model ?? t.url) : `v${t.version}`}${samplingSuffix(sampling)}`,
+    );
+    const twice = labels.find((label, i) => labels.indexOf(label) !== i);
+    if (twice !== undefined)
+      throw new ValidationError("eval options", [
+        { path: "--policy", message: `names ${twice} twice (give each version or URL once)` },
+      ]);
     const names = options.tasks ?? config.tasks.mix.map((t) => t.name);
     const tasks = await evalTasks(names, options.split, n);
     const stamp = `eval-${new Date().toISOString().replace(/[:.]/g, "-")}`;
@@ -127,40 +137,64 @@ export function register(program: Command): void {
     const stop = () => void supervisor.stopAll().then(() => process.exit(EXIT_CODES.interrupted));
     process.once("SIGINT", stop);
     try {
-      // The env stack and the pinned policy server start side by side.
-      const [controllerUrl, policyUrl] = await Promise.all([
-        startEnvStack(supervisor, {
-          ...(options.controller ? { controllerUrl: options.controller } : {}),
-          tasks: names.map((name) => ({ name, concurrency: options.concurrency })),
-          controllerToken: secrets.controllerSecret,
-        }),
-        version === undefined
-          ? policy
-          : startPolicyServer(supervisor, { name: "policy-eval", configFile, pool: "pinned", version }),
-      ]);
-      const report = await supervisor.guard(
-        runEval({
-          controllerUrl,
-          policyUrl,
-          ...(options.model ? { model: options.model } : {}),
-          // an external policy URL gets only the key named for it, never ours
-          ...(version === undefined ? (apiKey ? { apiKey } : {}) : { policyApiKey: secrets.policyApiKey }),
-          controllerToken: secrets.controllerSecret,
-          label: `${version === undefined ? (options.model ?? policy) : `v${version}`}${samplingSuffix(sampling)}`,
-          sampling,
-          tasks,
-          split: options.split,
-          maxTokensPerTurn: config.rollout.maxTokensPerTurn,
-          concurrency: options.concurrency,
-          outDir,
-          log,
-        }),
-      );
-      process.stdout.write(`${evalReportMarkdown(report)}\n\nwritten to ${displayPath(outDir)}\n`);
+      const stack = startEnvStack(supervisor, {
+        ...(options.controller ? { controllerUrl: options.controller } : {}),
+        tasks: names.map((name) => ({ name, concurrency: options.concurrency })),
+        controllerToken: secrets.controllerSecret,
+      });
+      // One policy at a time on the same env stack (the first server starts beside it): each
+      // version's server runs only for its own episodes.
+      const reports: EvalReport[] = [];
+      for (const [i, target] of targets.entries()) {
+        const server = target.version === undefined ? undefined : `policy-eval-v${target.version}`;
+        const [controllerUrl, policyUrl] = await Promise.all([
+          stack,
+          target.version === undefined
+            ? target.url
+            : startPolicyServer(supervisor, {
+                name: `policy-eval-v${target.version}`,
+                configFile,
+                pool: "pinned",
+                version: target.version,
+              }),
+        ]);
+        const report = await supervisor.guard(
+          runEval({
+            controllerUrl,
+            policyUrl,
+            ...(options.model ? { model: options.model } : {}),
+            // an external policy URL gets only the key named for it, never ours
+            ...(server === undefined ? (apiKey ? { apiKey } : {}) : { policyApiKey: secrets.policyApiKey }),
+            controllerToken: secrets.controllerSecret,
+            label: labels[i] as string,
+            sampling,
+            tasks,
+            split: options.split,
+            maxTokensPerTurn: config.rollout.maxTokensPerTurn,
+            concurrency: options.concurrency,
+            outDir,
+            log,
+          }),
+        );
+        reports.push(report);
+        if (server !== undefined) await supervisor.stop(server);
+      }
+      const markdown = evalReportMarkdown(reports);
+      if (reports.length > 1) writeFileSync(join(outDir, "eval.md"), `${markdown}\n`);
+      process.stdout.write(`${markdown}\n\nwritten to ${displayPath(outDir)}\n`);
     } finally {
       await supervisor.stopAll();
     }
   });
+}
+
+/** One policy an evaluation plays: a version of the run's store, or an OpenAI-compatible URL. */
+type EvalTarget =
+  | { readonly version: number; readonly url?: undefined }
+  | { readonly url: string; readonly version?: undefined };
+
+function isUrl(policy: string): boolean {
+  return /^https?:\/\//.test(policy);
 }
 
 /** A version number as given, or the newest one in the experiment's checkpoint store. */
@@ -182,8 +216,8 @@ async function resolveVersion(config: ExperimentConfig, policy: string): Promise
   }
 }
 
-function policyOption(value: string): string {
-  if (/^(newest|\d+)$/.test(value) || /^https?:\/\/\S+$/.test(value)) return value;
+function policyOption(value: string, previous: string[] | undefined): string[] {
+  if (/^(newest|\d+)$/.test(value) || /^https?:\/\/\S+$/.test(value)) return [...(previous ?? []), value];
   throw new InvalidArgumentError(`--policy must be a version number, "newest" or an http(s) URL, got "${value}"`);
 }
 

@@ -78,6 +78,6 @@ export async function runEval(options: EvalRunOptions): Promise<EvalReport> {
   });
   const slug = options.label.replace(/[^A-Za-z0-9._-]+/g, "_").slice(0, 60);
   await writeFile(join(options.outDir, `eval-${slug}.json`), `${JSON.stringify(report, null, 2)}\n`);
-  await writeFile(join(options.outDir, `eval-${slug}.md`), `${evalReportMarkdown(report)}\n`);
+  await writeFile(join(options.outDir, `eval-${slug}.md`), `${evalReportMarkdown([report])}\n`);
   return report;
 }

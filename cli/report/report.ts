@@ -171,32 +171,41 @@ export function samplingTableMarkdown(report: EvalReport): string {
   ].join("\n");
 }
 
-/** The success table, followed by the sampling table when the report has one. */
-export function evalReportMarkdown(report: EvalReport): string {
-  return [evalTableMarkdown([report]), categoryTablesMarkdown(report), samplingTableMarkdown(report)]
+/**
+ * Reports of one evaluation: their success table (the last policy compared with the first,
+ * instance by instance, when there are several), then per task with kinds the success per kind
+ * of each policy, then each sampled report's pass@k table.
+ */
+export function evalReportMarkdown(reports: readonly EvalReport[]): string {
+  return [evalComparisonMarkdown(reports), categoryTablesMarkdown(reports), ...reports.map(samplingTableMarkdown)]
     .filter(Boolean)
     .join("\n\n");
 }
 
 /**
- * For each task whose instances have kinds, success per kind beside the total, as AgentBench
- * reports DBBench (one column per question type); "" when no task has kinds.
+ * For each task whose instances have kinds, success per kind beside the total, one row per
+ * report, as AgentBench reports DBBench (one column per question type); "" when no task has kinds.
  */
-export function categoryTablesMarkdown(report: EvalReport): string {
-  const tables = report.tasks.flatMap((row) => {
-    if (!row.categories) return [];
-    const kinds = Object.keys(row.categories).sort();
-    const cell = (k: string) => {
-      const c = row.categories![k]!;
-      return `${(100 * c.success).toFixed(1)} (${c.episodes})`;
+export function categoryTablesMarkdown(reports: readonly EvalReport[]): string {
+  const tasks = [...new Set(reports.flatMap((r) => r.tasks.filter((t) => t.categories).map((t) => t.task)))];
+  const tables = tasks.map((task) => {
+    const rows = reports.flatMap((report) => {
+      const row = report.tasks.find((t) => t.task === task && t.categories);
+      return row ? [{ policy: report.policy, row }] : [];
+    });
+    const kinds = [...new Set(rows.flatMap(({ row }) => Object.keys(row.categories ?? {})))].sort();
+    const cell = (row: EvalReport["tasks"][number], kind: string) => {
+      const c = row.categories?.[kind];
+      return c ? `${(100 * c.success).toFixed(1)} (${c.episodes})` : "–";
     };
     return [
-      [
-        `| ${row.task}: success % (episodes) | ${kinds.join(" | ")} | total |`,
-        `|---|${kinds.map(() => "---").join("|")}|---|`,
-        `| ${report.policy} | ${kinds.map(cell).join(" | ")} | ${(100 * row.success).toFixed(1)} (${row.episodes}) |`,
-      ].join("\n"),
-    ];
+      `| ${task}: success % (episodes) | ${kinds.join(" | ")} | total |`,
+      `|---|${kinds.map(() => "---").join("|")}|---|`,
+      ...rows.map(
+        ({ policy, row }) =>
+          `| ${policy} | ${kinds.map((k) => cell(row, k)).join(" | ")} | ${(100 * row.success).toFixed(1)} (${row.episodes}) |`,
+      ),
+    ].join("\n");
   });
   return tables.join("\n\n");
 }

@@ -425,7 +425,7 @@ describe.skipIf(!ready)("agentrl eval on dbbench-std", () => {
       expect(row.categories?.INSERT).toEqual({ episodes: 2, success: 1 });
       expect(row.categories?.counting).toEqual({ episodes: 2, success: 1 });
       expect(row.success).toBeCloseTo(20 / 23, 6);
-      const table = categoryTablesMarkdown(report);
+      const table = categoryTablesMarkdown([report]);
       expect(table).toContain("| dbbench-std: success % (episodes) | INSERT | UPDATE | aggregation-AVG |");
       expect(table).toContain("| gold | 100.0 (2) | 40.0 (5) |");
       expect(table).toMatch(/\| 87\.0 \(23\) \|$/);

@@ -201,8 +201,7 @@ describe("the README's command blocks", () => {
   it("agentrl eval --run evaluates that run's versions (README's --n 20 run as --n 1)", async () => {
     expect(runName).not.toBe("");
     const scripts = [block("What to do next", 1), block("Evaluate a run or a model")];
-    expect(scripts[0]).toMatch(/^npx agentrl eval --run runs\/quickstart-<time> --policy newest --n 20 /m);
-    expect(scripts[0]).toMatch(/^npx agentrl eval --run runs\/quickstart-<time> --policy 0 --n 20 /m);
+    expect(scripts[0]).toBe("npx agentrl eval --run runs/quickstart-<time> --policy 0 newest --n 20");
     expect(scripts[1]).toMatch(
       /^npx agentrl eval --run runs\/quickstart-<time> --policy newest --tasks db os --n 20 /m,
     );
@@ -212,9 +211,11 @@ describe("the README's command blocks", () => {
       .replace(/--n 20/g, "--n 1");
     const { status, output } = await paste(script, 300_000);
     expect(status).toBe(0);
-    // The success tables' rows (per-kind tables follow for tasks with kinds: "| v2 | 50.0 (2) |").
+    // The success tables' rows (per-kind tables follow for tasks with kinds: "| v2 | 50.0 (2) |"),
+    // and the newest against v0, instance by instance.
     expect(output.match(new RegExp(`^\\| v${STEPS} \\| [\\d.]+ \\|`, "gm"))).toHaveLength(2);
     expect(output.match(/^\| v0 \| [\d.]+ \|/gm)).toHaveLength(1);
+    expect(output).toMatch(new RegExp(`^\\| v${STEPS} − v0 \\| instances \\| difference \\|`, "m"));
     expect(output).toMatch(new RegExp(`written to runs/${runName}/eval-`));
   }, 320_000);
 

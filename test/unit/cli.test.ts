@@ -5,10 +5,12 @@ import { describe, expect, it } from "vitest";
 import { baseCheckpointOf } from "../../cli/commands/train.ts";
 import { dropPartialLastLine } from "../../cli/commands/trainer.ts";
 import { BASE_CHECKPOINT_DIR } from "../../cli/launch/pipeline.ts";
+import { exampleExpert } from "../../env-images/example/index.ts";
 import { parseConfig } from "../../shared/config/index.ts";
 import { EvalReport } from "../../shared/protocol/metrics.ts";
 import { AGENTRL_BIN, agentrl } from "../support/cli.ts";
 import { processesNaming } from "../support/processes.ts";
+import { scriptedPolicyServer } from "../support/scriptedPolicy.ts";
 import { tempDir } from "../support/tmp.ts";
 
 describe("agentrl run commands reject bad input with one line", () => {
@@ -105,6 +107,55 @@ describe("agentrl eval --policy newest", () => {
       ["example", 0],
     ]);
   }, 120_000);
+});
+
+describe("agentrl eval with several policies", () => {
+  it("plays each on the same instances and compares the last with the first, instance by instance", async () => {
+    const dir = tempDir("agentrl-eval-several-");
+    cpSync(join(BASE_CHECKPOINT_DIR, "policies"), join(dir, "store", "objects", "checkpoints", "policies"), {
+      recursive: true,
+    });
+    const expert = await scriptedPolicyServer(exampleExpert);
+    const out = join(dir, "out");
+    try {
+      const result = await agentrl([
+        ...["eval", "--policy", "0", `${expert.server.url}/v1`, "--model", "expert"],
+        ...["--tasks", "example", "--n", "4", "--set", `transport.localDir=${join(dir, "store")}`, "--out", out],
+      ]);
+      expect(result.stderr).not.toMatch(/\n\s+at /);
+      expect(result.status, result.stderr).toBe(0);
+      // one success table with both rows, then the paired comparison of the last with the first
+      expect(result.stdout).toMatch(/^\| v0 \| [\d.]+ \| [\d.]+ \|\n\| expert \| 100\.0 \| 100\.0 \|$/m);
+      expect(result.stdout).toMatch(
+        /^\| expert − v0 \| instances \| difference \| 95% interval \| better \/ worse \|$/m,
+      );
+      expect(result.stdout).toMatch(/^\| example \| 4 \| \+[\d.]+ \| /m);
+      expect(readFileSync(join(out, "eval.md"), "utf8")).toBe(`${result.stdout.split("\n\nwritten to ")[0]}\n`);
+      const reports = ["eval-v0.json", "eval-expert.json"].map((file) =>
+        EvalReport.parse(JSON.parse(readFileSync(join(out, file), "utf8"))),
+      );
+      const played = reports.map((r) => r.outcomes?.map((o) => `${o.task} ${o.index}`).sort());
+      expect(played[0]).toHaveLength(4);
+      expect(played[1]).toEqual(played[0]);
+      expect(expert.state.requests).toBeGreaterThan(0);
+    } finally {
+      await expert.server.close();
+    }
+  }, 120_000);
+
+  it("refuses a policy named twice, before anything starts", async () => {
+    const dir = tempDir("agentrl-eval-twice-");
+    cpSync(join(BASE_CHECKPOINT_DIR, "policies"), join(dir, "store", "objects", "checkpoints", "policies"), {
+      recursive: true,
+    });
+    const result = await agentrl([
+      ...["eval", "--policy", "0", "newest", "--tasks", "example"],
+      ...["--set", `transport.localDir=${join(dir, "store")}`, "--out", join(dir, "out")],
+    ]);
+    expect(result.status).toBe(2);
+    expect(result.stderr).toContain("--policy: names v0 twice (give each version or URL once)");
+    expect(existsSync(join(dir, "out", "eval-v0.json"))).toBe(false);
+  });
 });
 
 describe("agentrl trainer's metrics file after a kill mid-write", () => {

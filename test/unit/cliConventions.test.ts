@@ -137,7 +137,7 @@ describe("the run folder and what to do next", () => {
     const text = nextStepsText(resolve("runs/q-1"), { configFile: resolve("configs/quickstart.yaml"), evalN: 20 });
     expect(text).toMatch(/^run folder: runs\/q-1$/m);
     expect(text).toMatch(/^ {2}npx agentrl view runs\/q-1 /m);
-    expect(text).toMatch(/^ {2}npx agentrl eval --run runs\/q-1 --policy newest --n 20 /m);
+    expect(text).toMatch(/^ {2}npx agentrl eval --run runs\/q-1 --policy 0 newest --n 20 /m);
     expect(text).toMatch(/^ {2}npx agentrl train -c configs\/quickstart\.yaml --set trainer\.maxSteps=20 /m);
   });
 

@@ -72,13 +72,13 @@ describe("run report", () => {
 
   it("adds the sampling table (pass@1, pass@k, mixed groups) only to a sampled report", () => {
     const plain = evalReport("v0", 0.1, 0.3);
-    expect(evalReportMarkdown(plain)).toBe(evalTableMarkdown([plain]));
+    expect(evalReportMarkdown([plain])).toBe(evalTableMarkdown([plain]));
     const sampled: EvalReport = {
       ...plain,
       policy: "v0 T=1 k=8",
       tasks: plain.tasks.map((t) => ({ ...t, episodes: 80, samples: 8, passAtK: 0.5, mixedShare: 0.25 })),
     };
-    expect(evalReportMarkdown(sampled).split("\n").slice(-4)).toEqual([
+    expect(evalReportMarkdown([sampled]).split("\n").slice(-4)).toEqual([
       "| v0 T=1 k=8 | instances | samples | pass@1 | pass@k | mixed groups |",
       "|---|---|---|---|---|---|",
       "| db | 10 | 8 | 10.0 | 50.0 | 25.0 |",
