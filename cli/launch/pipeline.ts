@@ -84,6 +84,7 @@ export async function runPipeline(options: PipelineOptions): Promise<PipelineRes
         { endpoint: config.transport.endpoint, reason, waitSeconds: config.transport.endpointWaitSeconds },
         "waiting for the AWS endpoint to accept connections",
       ),
+    ...(options.signal ? { signal: options.signal } : {}),
   });
   const checkpoints = transport.store("checkpoints");
   // Every role of the run shares fresh secrets unless the environment sets them (AGENTRL_ENV_SECRET, ...).

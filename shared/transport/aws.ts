@@ -561,9 +561,9 @@ export class AwsTransport implements Transport {
    * call again. For moto and LocalStack; in AWS the CDK stack owns these resources. An endpoint
    * that refuses connections or times out is tried again for `endpointWaitSeconds` (a server
    * started a moment before is not listening yet; `onWait` hears the first refusal), then the
-   * call fails with one line naming the endpoint.
+   * call fails with one line naming the endpoint; so does a `signal` aborted during the wait.
    */
-  async ensureResources(onWait?: (reason: string) => void): Promise<void> {
+  async ensureResources(options: { onWait?: (reason: string) => void; signal?: AbortSignal } = {}): Promise<void> {
     const deadline = Date.now() + this.config.endpointWaitSeconds * 1000;
     for (let attempt = 0; ; attempt++) {
       try {
@@ -571,13 +571,18 @@ export class AwsTransport implements Transport {
       } catch (error) {
         if (!isTransientTransportError(error)) throw error;
         const reason = error instanceof Error ? error.message : String(error);
+        if (options.signal?.aborted)
+          throw new TransportError(
+            `stopped while waiting for the AWS endpoint ${this.config.endpoint ?? `of ${this.config.region}`} (${reason})`,
+            { cause: error },
+          );
         if (Date.now() >= deadline)
           throw new TransportError(
             `cannot reach the AWS endpoint ${this.config.endpoint ?? `of ${this.config.region}`} to create the queues and buckets: ${reason} (tried for ${this.config.endpointWaitSeconds} s, transport.endpointWaitSeconds; is moto or LocalStack running there?)`,
             { cause: error },
           );
-        if (attempt === 0) onWait?.(reason);
-        await sleep(Math.min(250 * 2 ** attempt, 2000, Math.max(0, deadline - Date.now())));
+        if (attempt === 0) options.onWait?.(reason);
+        await sleep(Math.min(250 * 2 ** attempt, 2000, Math.max(0, deadline - Date.now())), options.signal);
       }
     }
   }

@@ -22,6 +22,8 @@ export interface CreateTransportOptions {
   readonly ensureResources?: boolean;
   /** Hears why the endpoint is being waited for, once, while creating resources (see ensureResources). */
   readonly onEndpointWait?: (reason: string) => void;
+  /** Ends that wait (a stop during start-up). */
+  readonly signal?: AbortSignal;
 }
 
 /**
@@ -41,7 +43,11 @@ export async function createTransport(
   }
   const { AwsTransport } = await import("./aws.ts");
   const transport = new AwsTransport(config);
-  if (options.ensureResources ?? config.endpoint !== undefined) await transport.ensureResources(options.onEndpointWait);
+  if (options.ensureResources ?? config.endpoint !== undefined)
+    await transport.ensureResources({
+      ...(options.onEndpointWait ? { onWait: options.onEndpointWait } : {}),
+      ...(options.signal ? { signal: options.signal } : {}),
+    });
   return transport;
 }
 

@@ -60,6 +60,22 @@ describe("an AWS endpoint that is not up yet", () => {
     expect(Date.now() - started).toBeGreaterThanOrEqual(2000);
   }, 60_000);
 
+  it("stops waiting when its signal is aborted (a stop during start-up)", async () => {
+    setDummyAwsCredentials();
+    const endpoint = `http://127.0.0.1:${await freePort()}`;
+    const stop = new AbortController();
+    const started = Date.now();
+    setTimeout(() => stop.abort(), 500);
+    const failure = await createTransport(TransportConfig.parse({ kind: "aws", endpoint, endpointWaitSeconds: 30 }), {
+      signal: stop.signal,
+    }).catch((error: unknown) => error);
+    expect(failure).toBeInstanceOf(TransportError);
+    expect((failure as Error).message).toMatch(
+      new RegExp(`^stopped while waiting for the AWS endpoint ${endpoint} \\(.*ECONNREFUSED.*\\)$`),
+    );
+    expect(Date.now() - started).toBeLessThan(10_000); // not the 30 s wait
+  }, 60_000);
+
   it("agentrl train says so in one line and exits 1, with no stack trace", async () => {
     const endpoint = `http://127.0.0.1:${await freePort()}`;
     const runDir = tempDir("agentrl-endpoint-wait-");
