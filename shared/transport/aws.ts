@@ -565,6 +565,7 @@ export class AwsTransport implements Transport {
    */
   async ensureResources(options: { onWait?: (reason: string) => void; signal?: AbortSignal } = {}): Promise<void> {
     const deadline = Date.now() + this.config.endpointWaitSeconds * 1000;
+    const endpoint = this.config.endpoint ?? `of ${this.config.region}`;
     for (let attempt = 0; ; attempt++) {
       try {
         return await this.createResources();
@@ -572,13 +573,12 @@ export class AwsTransport implements Transport {
         if (!isTransientTransportError(error)) throw error;
         const reason = error instanceof Error ? error.message : String(error);
         if (options.signal?.aborted)
-          throw new TransportError(
-            `stopped while waiting for the AWS endpoint ${this.config.endpoint ?? `of ${this.config.region}`} (${reason})`,
-            { cause: error },
-          );
+          throw new TransportError(`stopped while waiting for the AWS endpoint ${endpoint} (${reason})`, {
+            cause: error,
+          });
         if (Date.now() >= deadline)
           throw new TransportError(
-            `cannot reach the AWS endpoint ${this.config.endpoint ?? `of ${this.config.region}`} to create the queues and buckets: ${reason} (tried for ${this.config.endpointWaitSeconds} s, transport.endpointWaitSeconds; is moto or LocalStack running there?)`,
+            `cannot reach the AWS endpoint ${endpoint} to create the queues and buckets: ${reason} (tried for ${this.config.endpointWaitSeconds} s, transport.endpointWaitSeconds; is moto or LocalStack running there?)`,
             { cause: error },
           );
         if (attempt === 0) options.onWait?.(reason);
