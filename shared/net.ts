@@ -26,8 +26,9 @@ export function ephemeralPortRange(
 
 /**
  * A TCP port free right now on 127.0.0.1. Used where a port must be known before the process that
- * binds it starts: a server role restarted after a crash must come back on the URL the other
- * roles already hold, and a launched env worker's address is announced before it listens.
+ * binds it starts: the deploy rehearsal's moto server and role containers, whose addresses go into
+ * each other's environment before any of them runs. Servers the launcher starts bind port 0
+ * themselves and announce the port they got.
  *
  * It is picked below the ephemeral range: a port the kernel handed out (port 0) is the kind it
  * hands to the next outgoing connection too, which then holds it when its server starts

@@ -1,10 +1,9 @@
 import { type ChildProcess, spawn } from "node:child_process";
-import { closeSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { closeSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { z } from "zod";
 import type { Logger } from "../../shared/log.ts";
-import { freePort } from "../../shared/net.ts";
 import { processRuns } from "../../shared/processes.ts";
 import type { DriverWorker, LaunchSpec, WorkerDriver } from "./driver.ts";
 
@@ -34,15 +33,20 @@ export interface ProcessDriverOptions {
 const PidFile = z.object({
   pid: z.number().int().positive(),
   task: z.string(),
-  address: z.string(),
+  /** Known once the worker announced it (its log's `listening` line). */
+  address: z.string().optional(),
+  /** The worker's output, where it announces its address. */
+  logFile: z.string().optional(),
   launchedAt: z.number(),
 });
 type PidFile = z.infer<typeof PidFile>;
 
 /**
- * Env workers as child processes of this machine (`agentrl env serve <task> --port P`), each
- * recorded in `<stateDir>/<pid>.json` so that listing works across manager restarts. The port is
- * chosen here, so the worker's controller address is known at launch.
+ * Env workers as child processes of this machine (`agentrl env serve <task> --port 0`), each
+ * recorded in `<stateDir>/<pid>.json` so that listing works across manager restarts. A worker binds
+ * a free port itself (a port picked here and bound later could be taken in between) and announces
+ * its address in its log; listing reads it from there, and until then the worker has no address
+ * (the manager counts it as starting).
  */
 export class ProcessDriver implements WorkerDriver {
   readonly kind = "process";
@@ -56,7 +60,6 @@ export class ProcessDriver implements WorkerDriver {
 
   async launch(spec: LaunchSpec): Promise<DriverWorker> {
     const { task, controllerUrl } = this.options;
-    const port = await freePort();
     const args = [
       AGENTRL_BIN,
       "env",
@@ -65,7 +68,7 @@ export class ProcessDriver implements WorkerDriver {
       "--controller",
       controllerUrl,
       "--port",
-      String(port),
+      "0",
       "--concurrency",
       String(spec.concurrency),
       "--heartbeat-ms",
@@ -94,9 +97,9 @@ export class ProcessDriver implements WorkerDriver {
       this.children.delete(pid);
       rmSync(this.pidFile(pid), { force: true });
     });
-    const record: PidFile = { pid, task, address: `http://127.0.0.1:${port}/api`, launchedAt };
+    const record: PidFile = { pid, task, logFile, launchedAt };
     writeFileSync(this.pidFile(pid), JSON.stringify(record));
-    return { id: `pid:${pid}`, address: record.address, state: "running", launchedAt };
+    return { id: `pid:${pid}`, address: undefined, state: "running", launchedAt };
   }
 
   async stop(id: string, reason: string): Promise<void> {
@@ -121,10 +124,15 @@ export class ProcessDriver implements WorkerDriver {
       const file = join(this.options.stateDir, name);
       const parsed = PidFile.safeParse(readJson(file));
       if (!parsed.success || parsed.data.task !== this.options.task) continue;
-      const { pid, address, launchedAt } = parsed.data;
+      const { pid, launchedAt } = parsed.data;
       const alive = processRuns(pid) && isWorkerProcess(pid, this.options.task);
       // A dead worker is reported once as stopped (the manager counts it), then forgotten.
       if (!alive) rmSync(file, { force: true });
+      let address = parsed.data.address;
+      if (alive && address === undefined && parsed.data.logFile !== undefined) {
+        address = announcedAddress(parsed.data.logFile);
+        if (address !== undefined) writeFileSync(file, JSON.stringify({ ...parsed.data, address }));
+      }
       out.push({ id: `pid:${pid}`, address, state: alive ? "running" : "stopped", launchedAt });
     }
     return out;
@@ -165,6 +173,39 @@ function isWorkerProcess(pid: number, task: string): boolean {
   const args = cmdline.split("\0");
   const serve = args.indexOf("serve");
   return serve > 0 && args[serve - 1] === "env" && args[serve + 1] === task;
+}
+
+/** The bytes of a worker's log searched for its announcement (it is among the first lines). */
+const ANNOUNCEMENT_WINDOW_BYTES = 64 * 1024;
+
+const Announcement = z.object({ event: z.literal("listening"), address: z.string().url() });
+
+/** The address a worker announced in its log (`{"event":"listening",...,"address":...}`), if it has yet. */
+export function announcedAddress(logFile: string): string | undefined {
+  let head: string;
+  try {
+    const fd = openSync(logFile, "r");
+    try {
+      const buffer = Buffer.alloc(ANNOUNCEMENT_WINDOW_BYTES);
+      head = buffer.toString("utf8", 0, readSync(fd, buffer, 0, buffer.length, 0));
+    } finally {
+      closeSync(fd);
+    }
+  } catch {
+    return undefined;
+  }
+  for (const line of head.split("\n")) {
+    if (!line.includes('"listening"')) continue;
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(line);
+    } catch {
+      continue;
+    }
+    const announcement = Announcement.safeParse(parsed);
+    if (announcement.success) return announcement.data.address;
+  }
+  return undefined;
 }
 
 function readJson(file: string): unknown {

@@ -1,3 +1,4 @@
+import { readFileSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { exampleNumbers } from "../../env-images/example/index.ts";
 import { type RunningController, startController } from "../../functions/controller/controller.ts";
@@ -176,6 +177,23 @@ describe("env pool with the process driver", () => {
       const worker = await driver.launch({ concurrency: 1 });
       const pid = Number(worker.id.replace("pid:", ""));
       expect(processRuns(pid)).toBe(true);
+      // The worker binds a free port itself; its address is known once it announced it.
+      expect(worker.address).toBeUndefined();
+      const args = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0");
+      expect(args[args.indexOf("--port") + 1]).toBe("0");
+      let address: string | undefined;
+      await waitFor(
+        async () => {
+          address = (await driver.list()).find((w) => w.id === worker.id)?.address;
+          return address !== undefined;
+        },
+        60_000,
+        "the worker's announced address",
+      );
+      const registered = async () =>
+        Object.values((await client.listWorkers()).example?.workers ?? {}).map((w) => w.address);
+      await waitFor(async () => (await registered()).includes(address as string), 30_000, "the worker to register there");
+      expect(new URL(address as string).port).not.toBe("0");
       expect(await stopListedWorkers(stateDir, "other-task", log)).toBe(0);
       expect(processRuns(pid)).toBe(true);
       expect(await stopListedWorkers(stateDir, "example", log)).toBe(1);
