@@ -9,7 +9,7 @@ import type { EvalReport } from "../../shared/protocol/metrics.ts";
 import { secretEnv, withGeneratedSecrets } from "../../shared/security/secrets.ts";
 import { createTransport } from "../../shared/transport/index.ts";
 import { EXIT_CODES } from "../exitCodes.ts";
-import { evalTasks, runEval, samplingSuffix } from "../launch/eval.ts";
+import { type EvalLabel, type EvalTarget, evalLabels, evalTasks, runEval } from "../launch/eval.ts";
 import { startPolicyServer } from "../launch/policy.ts";
 import { startEnvStack } from "../launch/stack.ts";
 import { Supervisor } from "../launch/supervisor.ts";
@@ -115,14 +115,7 @@ export function register(program: Command): void {
     const targets: EvalTarget[] = [];
     for (const policy of policies)
       targets.push(isUrl(policy) ? { url: policy } : { version: await resolveVersion(config, policy) });
-    const labels = targets.map(
-      (t) => `${t.version === undefined ? (options.model ?? t.url) : `v${t.version}`}${samplingSuffix(sampling)}`,
-    );
-    const twice = labels.find((label, i) => labels.indexOf(label) !== i);
-    if (twice !== undefined)
-      throw new ValidationError("eval options", [
-        { path: "--policy", message: `names ${twice} twice (give each version or URL once)` },
-      ]);
+    const labels = evalLabels(targets, options.model, sampling);
     const names = options.tasks ?? config.tasks.mix.map((t) => t.name);
     const tasks = await evalTasks(names, options.split, n);
     const stamp = `eval-${new Date().toISOString().replace(/[:.]/g, "-")}`;
@@ -166,7 +159,7 @@ export function register(program: Command): void {
             // an external policy URL gets only the key named for it, never ours
             ...(server === undefined ? (apiKey ? { apiKey } : {}) : { policyApiKey: secrets.policyApiKey }),
             controllerToken: secrets.controllerSecret,
-            label: labels[i] as string,
+            ...(labels[i] as EvalLabel),
             sampling,
             tasks,
             split: options.split,
@@ -187,11 +180,6 @@ export function register(program: Command): void {
     }
   });
 }
-
-/** One policy an evaluation plays: a version of the run's store, or an OpenAI-compatible URL. */
-type EvalTarget =
-  | { readonly version: number; readonly url?: undefined }
-  | { readonly url: string; readonly version?: undefined };
 
 function isUrl(policy: string): boolean {
   return /^https?:\/\//.test(policy);

@@ -2,6 +2,7 @@ import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { loadTaskModule } from "../../env-images/registry.ts";
 import { type EvalTask, evaluate } from "../../functions/evaluator/evaluate.ts";
+import { ValidationError } from "../../shared/errors.ts";
 import type { Logger } from "../../shared/log.ts";
 import type { EvalReport } from "../../shared/protocol/metrics.ts";
 import { evalReportMarkdown } from "../report/report.ts";
@@ -35,6 +36,54 @@ export function samplingSuffix({ temperature, topP, samples }: EvalSampling): st
   return ` T=${temperature}${topP < 1 ? ` p=${topP}` : ""}${samples > 1 ? ` k=${samples}` : ""}`;
 }
 
+/** One policy an evaluation plays: a version of the run's store, or an OpenAI-compatible URL. */
+export type EvalTarget =
+  | { readonly version: number; readonly url?: undefined }
+  | { readonly url: string; readonly version?: undefined };
+
+/** How a policy is named in an evaluation's tables, and the stem of its report files. */
+export interface EvalLabel {
+  readonly label: string;
+  readonly fileStem: string;
+}
+
+/**
+ * Names each policy of one evaluation: `vN` for a version, the `--model` name (else the URL) for an
+ * endpoint, with the sampling suffix. An endpoint whose name another policy has too (two endpoints
+ * serving one model, `--model v0` beside version 0) is told apart by its URL, and report files whose names would clash get `-2`, `-3`. A policy given twice (the same
+ * version, or the same URL) is refused.
+ */
+export function evalLabels(
+  targets: readonly EvalTarget[],
+  model: string | undefined,
+  sampling: EvalSampling,
+): EvalLabel[] {
+  const key = (t: EvalTarget) => (t.version === undefined ? new URL(t.url).href : `v${t.version}`);
+  const keys = targets.map(key);
+  const twice = keys.find((k, i) => keys.indexOf(k) !== i);
+  if (twice !== undefined)
+    throw new ValidationError("eval options", [
+      { path: "--policy", message: `names ${twice} twice (give each version or URL once)` },
+    ]);
+  const plain = targets.map((t) => (t.version === undefined ? (model ?? t.url) : `v${t.version}`));
+  const stems = new Set<string>();
+  return targets.map((t, i) => {
+    const shared = plain.indexOf(plain[i] as string) !== plain.lastIndexOf(plain[i] as string);
+    const name = t.url !== undefined && shared ? `${plain[i]} (${t.url})` : (plain[i] as string);
+    const label = `${name}${samplingSuffix(sampling)}`;
+    const base = evalFileStem(label);
+    let fileStem = base;
+    for (let n = 2; stems.has(fileStem); n++) fileStem = `${base}-${n}`;
+    stems.add(fileStem);
+    return { label, fileStem };
+  });
+}
+
+/** The stem of a policy's report files (`eval-<stem>.json`, `.md`): its label, file-name safe. */
+export function evalFileStem(label: string): string {
+  return `eval-${label.replace(/[^A-Za-z0-9._-]+/g, "_").slice(0, 60)}`;
+}
+
 export interface EvalRunOptions {
   readonly controllerUrl: string;
   readonly policyUrl: string;
@@ -45,13 +94,15 @@ export interface EvalRunOptions {
   readonly policyApiKey?: string;
   readonly controllerToken?: string;
   readonly label: string;
+  /** Names the report files. @default evalFileStem(label) */
+  readonly fileStem?: string;
   readonly tasks: readonly EvalTask[];
   readonly split: "train" | "test";
   readonly maxTokensPerTurn: number;
   readonly concurrency: number;
   /** How the policy decodes. @default greedy, one episode per instance */
   readonly sampling?: EvalSampling;
-  /** Writes `<outDir>/eval-<slug>.json` and `.md`. */
+  /** Writes `<outDir>/<fileStem>.json` and `.md`. */
   readonly outDir: string;
   readonly log?: Logger;
   readonly signal?: AbortSignal;
@@ -76,8 +127,8 @@ export async function runEval(options: EvalRunOptions): Promise<EvalReport> {
     ...(options.log ? { log: options.log } : {}),
     ...(options.signal ? { signal: options.signal } : {}),
   });
-  const slug = options.label.replace(/[^A-Za-z0-9._-]+/g, "_").slice(0, 60);
-  await writeFile(join(options.outDir, `eval-${slug}.json`), `${JSON.stringify(report, null, 2)}\n`);
-  await writeFile(join(options.outDir, `eval-${slug}.md`), `${evalReportMarkdown([report])}\n`);
+  const stem = options.fileStem ?? evalFileStem(options.label);
+  await writeFile(join(options.outDir, `${stem}.json`), `${JSON.stringify(report, null, 2)}\n`);
+  await writeFile(join(options.outDir, `${stem}.md`), `${evalReportMarkdown([report])}\n`);
   return report;
 }
