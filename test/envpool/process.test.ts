@@ -192,7 +192,11 @@ describe("env pool with the process driver", () => {
       );
       const registered = async () =>
         Object.values((await client.listWorkers()).example?.workers ?? {}).map((w) => w.address);
-      await waitFor(async () => (await registered()).includes(address as string), 30_000, "the worker to register there");
+      await waitFor(
+        async () => (await registered()).includes(address as string),
+        30_000,
+        "the worker to register there",
+      );
       expect(new URL(address as string).port).not.toBe("0");
       expect(await stopListedWorkers(stateDir, "other-task", log)).toBe(0);
       expect(processRuns(pid)).toBe(true);
