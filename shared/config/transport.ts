@@ -23,7 +23,8 @@ export const TransportConfig = z
     visibilityTimeoutSeconds: z.number().int().min(1).max(43_200).default(300).describe("queue visibility timeout (s)"),
     /**
      * How long creating the queues and buckets at an `endpoint` keeps trying while it refuses
-     * connections: a moto server or LocalStack started a moment before is often not listening yet.
+     * connections or does not answer: a moto server or LocalStack started a moment before is often
+     * not listening yet. No request is left hanging past it (at least 5 s are given to one try).
      */
     endpointWaitSeconds: z
       .number()

@@ -86,6 +86,9 @@ export function sqsQueueNames(queuePrefix: string, name: string): { main: string
 export const AWS_CONNECTION_TIMEOUT_MS = 10_000;
 export const AWS_SOCKET_IDLE_TIMEOUT_MS = 60_000;
 
+/** The least time one attempt at creating the queues and buckets is given (moto answers in well under 1 s). */
+const SHORTEST_RESOURCES_ATTEMPT_MS = 5_000;
+
 /** The two SDK clients of one transport, built from the config (endpoint override, path-style S3). */
 export function createAwsClients(
   config: TransportConfig,
@@ -564,21 +567,32 @@ export class AwsTransport implements Transport {
    * call fails with one line naming the endpoint; so does a `signal` aborted during the wait.
    */
   async ensureResources(options: { onWait?: (reason: string) => void; signal?: AbortSignal } = {}): Promise<void> {
-    const deadline = Date.now() + this.config.endpointWaitSeconds * 1000;
+    const waitSeconds = this.config.endpointWaitSeconds;
+    const deadline = Date.now() + waitSeconds * 1000;
     const endpoint = this.config.endpoint ?? `of ${this.config.region}`;
+    /** Why the endpoint has not served us yet (the last attempt's failure). */
+    let reason: string | undefined;
+    const stopped = (cause?: unknown) =>
+      new TransportError(`stopped while waiting for the AWS endpoint ${endpoint} (${reason ?? "no answer yet"})`, {
+        cause,
+      });
     for (let attempt = 0; ; attempt++) {
+      if (options.signal?.aborted) throw stopped();
+      // An endpoint that accepts connections and never answers would hold a request for the SDK's
+      // own timeouts (a minute of silence, three tries): no attempt outlives the wait (or its
+      // shortest attempt, for a wait of 0 or one nearly over), nor a stop.
+      const attemptTimeout = AbortSignal.timeout(Math.max(deadline - Date.now(), SHORTEST_RESOURCES_ATTEMPT_MS));
+      const abortSignal = options.signal ? AbortSignal.any([options.signal, attemptTimeout]) : attemptTimeout;
       try {
-        return await this.createResources();
+        return await this.createResources(abortSignal);
       } catch (error) {
-        if (!isTransientTransportError(error)) throw error;
-        const reason = error instanceof Error ? error.message : String(error);
-        if (options.signal?.aborted)
-          throw new TransportError(`stopped while waiting for the AWS endpoint ${endpoint} (${reason})`, {
-            cause: error,
-          });
+        if (options.signal?.aborted) throw stopped(error);
+        const silent = attemptTimeout.aborted;
+        if (!silent && !isTransientTransportError(error)) throw error;
+        reason = silent ? `no answer within ${waitSeconds} s` : error instanceof Error ? error.message : String(error);
         if (Date.now() >= deadline)
           throw new TransportError(
-            `cannot reach the AWS endpoint ${endpoint} to create the queues and buckets: ${reason} (tried for ${this.config.endpointWaitSeconds} s, transport.endpointWaitSeconds; is moto or LocalStack running there?)`,
+            `cannot reach the AWS endpoint ${endpoint} to create the queues and buckets: ${reason} (tried for ${waitSeconds} s, transport.endpointWaitSeconds; is moto or LocalStack running there?)`,
             { cause: error },
           );
         if (attempt === 0) options.onWait?.(reason);
@@ -587,20 +601,23 @@ export class AwsTransport implements Transport {
     }
   }
 
-  private async createResources(): Promise<void> {
+  private async createResources(abortSignal: AbortSignal): Promise<void> {
     await Promise.all([
-      ...QUEUE_NAMES.map((name) => this.ensureQueue(name)),
-      ...[this.config.trajectoryBucket, this.config.checkpointBucket].map((bucket) => this.ensureBucket(bucket)),
+      ...QUEUE_NAMES.map((name) => this.ensureQueue(name, abortSignal)),
+      ...[this.config.trajectoryBucket, this.config.checkpointBucket].map((bucket) =>
+        this.ensureBucket(bucket, abortSignal),
+      ),
     ]);
   }
 
-  private async ensureQueue(name: QueueName): Promise<void> {
+  private async ensureQueue(name: QueueName, abortSignal: AbortSignal): Promise<void> {
     const names = sqsQueueNames(this.config.queuePrefix, name);
-    const dlq = await this.sqs.send(new CreateQueueCommand({ QueueName: names.dlq }));
+    const dlq = await this.sqs.send(new CreateQueueCommand({ QueueName: names.dlq }), { abortSignal });
     const dlqAttributes = await this.sqs.send(
       new GetQueueAttributesCommand({ QueueUrl: dlq.QueueUrl!, AttributeNames: ["QueueArn"] }),
+      { abortSignal },
     );
-    const main = await this.sqs.send(new CreateQueueCommand({ QueueName: names.main }));
+    const main = await this.sqs.send(new CreateQueueCommand({ QueueName: names.main }), { abortSignal });
     // Set attributes separately: CreateQueue refuses an existing queue whose attributes differ.
     await this.sqs.send(
       new SetQueueAttributesCommand({
@@ -613,12 +630,13 @@ export class AwsTransport implements Transport {
           }),
         },
       }),
+      { abortSignal },
     );
   }
 
-  private async ensureBucket(bucket: string): Promise<void> {
+  private async ensureBucket(bucket: string, abortSignal: AbortSignal): Promise<void> {
     try {
-      await this.s3.send(new HeadBucketCommand({ Bucket: bucket }));
+      await this.s3.send(new HeadBucketCommand({ Bucket: bucket }), { abortSignal });
       return;
     } catch (error) {
       if (httpStatus(error) !== 404 && errorName(error) !== "NotFound") throw error;
@@ -631,6 +649,7 @@ export class AwsTransport implements Transport {
             ? {}
             : { CreateBucketConfiguration: { LocationConstraint: this.config.region as BucketLocationConstraint } }),
         }),
+        { abortSignal },
       );
     } catch (error) {
       const name = errorName(error);

@@ -1,3 +1,4 @@
+import { type AddressInfo, createServer, type Socket } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
 import { TransportConfig } from "../../shared/config/transport.ts";
 import { AgentRlError } from "../../shared/errors.ts";
@@ -60,6 +61,47 @@ describe("an AWS endpoint that is not up yet", () => {
     expect(Date.now() - started).toBeGreaterThanOrEqual(2000);
   }, 60_000);
 
+  it("that accepts connections and never answers fails at the end of its wait, not the SDK's minutes later", async () => {
+    setDummyAwsCredentials();
+    const silent = await silentServer();
+    try {
+      const started = Date.now();
+      const failure = await createTransport(
+        TransportConfig.parse({ kind: "aws", endpoint: silent.endpoint, endpointWaitSeconds: 2 }),
+      ).catch((error: unknown) => error);
+      expect(failure).toBeInstanceOf(TransportError);
+      expect((failure as Error).message).toBe(
+        `cannot reach the AWS endpoint ${silent.endpoint} to create the queues and buckets: no answer within 2 s (tried for 2 s, transport.endpointWaitSeconds; is moto or LocalStack running there?)`,
+      );
+      expect(silent.connections()).toBeGreaterThan(0);
+      // one try of at least 5 s, against the SDK's 60 s of silence times three tries
+      expect(Date.now() - started).toBeLessThan(20_000);
+    } finally {
+      await silent.close();
+    }
+  }, 60_000);
+
+  it("stops a request the endpoint never answers when its signal is aborted", async () => {
+    setDummyAwsCredentials();
+    const silent = await silentServer();
+    try {
+      const stop = new AbortController();
+      const started = Date.now();
+      setTimeout(() => stop.abort(), 500);
+      const failure = await createTransport(
+        TransportConfig.parse({ kind: "aws", endpoint: silent.endpoint, endpointWaitSeconds: 30 }),
+        { signal: stop.signal },
+      ).catch((error: unknown) => error);
+      expect(failure).toBeInstanceOf(TransportError);
+      expect((failure as Error).message).toBe(
+        `stopped while waiting for the AWS endpoint ${silent.endpoint} (no answer yet)`,
+      );
+      expect(Date.now() - started).toBeLessThan(10_000);
+    } finally {
+      await silent.close();
+    }
+  }, 60_000);
+
   it("stops waiting when its signal is aborted (a stop during start-up)", async () => {
     setDummyAwsCredentials();
     const endpoint = `http://127.0.0.1:${await freePort()}`;
@@ -96,3 +138,24 @@ describe("an AWS endpoint that is not up yet", () => {
     expect(result.stderr).not.toContain("unexpected error");
   }, 90_000);
 });
+
+/** A TCP server that accepts every connection and never answers. */
+async function silentServer(): Promise<{ endpoint: string; connections: () => number; close: () => Promise<void> }> {
+  const sockets = new Set<Socket>();
+  let accepted = 0;
+  const server = createServer((socket) => {
+    accepted += 1;
+    sockets.add(socket);
+    socket.on("close", () => sockets.delete(socket));
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    endpoint: `http://127.0.0.1:${port}`,
+    connections: () => accepted,
+    close: async () => {
+      for (const socket of sockets) socket.destroy();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
