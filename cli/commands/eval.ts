@@ -205,7 +205,8 @@ async function resolveVersion(config: ExperimentConfig, policy: string): Promise
 }
 
 function policyOption(value: string, previous: string[] | undefined): string[] {
-  if (/^(newest|\d+)$/.test(value) || /^https?:\/\/\S+$/.test(value)) return [...(previous ?? []), value];
+  if (/^(newest|\d+)$/.test(value) || (/^https?:\/\/\S+$/.test(value) && URL.canParse(value)))
+    return [...(previous ?? []), value];
   throw new InvalidArgumentError(`--policy must be a version number, "newest" or an http(s) URL, got "${value}"`);
 }
 

@@ -39,6 +39,10 @@ describe("agentrl's exit codes: 0 done, 1 ran and failed, 2 bad input (nothing r
     // a bad option value (commander's InvalidArgumentError) and a missing one
     [["train", "--transport", "kafka"], /--transport must be "local" or "aws", got "kafka"/],
     [["eval"], /--policy: missing: give a version number, "newest" or an OpenAI-compatible URL/],
+    [
+      ["eval", "--policy", "http://[bad", "http://127.0.0.1:1/v1"],
+      /--policy must be a version number, "newest" or an http\(s\) URL, got "http:\/\/\[bad"/,
+    ],
     // config fields: the nearest one at that place, one of that name elsewhere, else what is allowed
     [
       ["config", "validate", "configs/quickstart.yaml", "--set", "trainer.maxStep=3"],
