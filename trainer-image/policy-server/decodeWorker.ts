@@ -49,7 +49,11 @@ function stats() {
   return (scheduler as BatchScheduler).stats();
 }
 
-/** Posts the counters when they changed; runs on a timer between steps (the loop yields to the event loop). */
+/**
+ * Posts the counters when they changed; runs on a timer between steps (the loop yields to the
+ * event loop) while sequences are queued or running, and stops once none are: an idle server's
+ * counters change only with a reply, which carries them.
+ */
 function postStatsIfChanged(): void {
   if (!scheduler) return;
   const now = stats();
@@ -58,6 +62,16 @@ function postStatsIfChanged(): void {
     lastStats = key;
     post({ type: "stats", stats: now });
   }
+  if (now.active === 0 && now.queued === 0) stopStatsTimer();
+}
+
+function startStatsTimer(): void {
+  statsTimer ??= setInterval(postStatsIfChanged, STATS_EVERY_MS);
+}
+
+function stopStatsTimer(): void {
+  clearInterval(statsTimer);
+  statsTimer = undefined;
 }
 
 async function handle(message: ToWorker): Promise<void> {
@@ -81,7 +95,6 @@ async function handle(message: ToWorker): Promise<void> {
         post({ type: "initFailed", message: (error as Error).message });
         return;
       }
-      statsTimer = setInterval(postStatsIfChanged, STATS_EVERY_MS);
       post({ type: "ready", stats: stats() });
       return;
     }
@@ -93,6 +106,7 @@ async function handle(message: ToWorker): Promise<void> {
       }
       const controller = new AbortController();
       aborts.set(id, controller);
+      startStatsTimer();
       (scheduler as BatchScheduler)
         .generate({ ...job, signal: controller.signal })
         .then(
@@ -139,7 +153,7 @@ async function handle(message: ToWorker): Promise<void> {
       return;
     }
     case "stop":
-      if (statsTimer) clearInterval(statsTimer);
+      stopStatsTimer();
       await scheduler?.stop();
       current?.dispose();
       post({ type: "stopped" });
