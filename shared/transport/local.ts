@@ -6,9 +6,9 @@
  */
 import { randomUUID } from "node:crypto";
 import { EventEmitter } from "node:events";
-import { constants, type Dirent, mkdirSync } from "node:fs";
+import { constants, type Dirent, type FSWatcher, mkdirSync, watch } from "node:fs";
 import { link, mkdir, open, readdir, readFile, rename, stat, unlink } from "node:fs/promises";
-import { dirname, join } from "node:path";
+import { basename, dirname, join } from "node:path";
 import Database from "better-sqlite3";
 import { ReceiptHandleError, TransportError } from "./errors.ts";
 import {
@@ -31,8 +31,17 @@ import {
   parseVisibilityTimeout,
 } from "./validate.ts";
 
-/** How often a long-polling receive looks again for messages sent by other processes. */
+/**
+ * How often a long-polling receive looks again for messages sent by other processes where the
+ * platform cannot watch the database's folder for their commits.
+ */
 const POLL_INTERVAL_MS = 25;
+/**
+ * Where it can, a long poll sleeps until another process commits (the folder watch), or until the
+ * queue's next in-flight message becomes visible again, and at most this long: a safety net, not
+ * the way messages are seen.
+ */
+const WATCHED_POLL_INTERVAL_MS = 500;
 /** A temp file untouched this long belongs to a writer that died; a live write never takes an hour. */
 const STALE_TEMP_MS = 60 * 60 * 1000;
 
@@ -54,14 +63,18 @@ interface MessageRow {
 }
 
 /**
- * One process's connection to the shared queue database. All queues of a transport share it;
- * a send in this process wakes this process's long-polling receivers at once, other processes
- * see it within POLL_INTERVAL_MS.
+ * One process's connection to the shared queue database. All queues of a transport share it. A
+ * long-polling receive sleeps until the database changes: a send in this process wakes it at once,
+ * a commit of another process through a watch on the database's folder (its WAL file grows), so
+ * an idle consumer costs nothing; without such a watch it looks every POLL_INTERVAL_MS.
  */
 export class LocalQueueDatabase {
   readonly db: Database.Database;
-  /** Emits `sent:<queue>` after a commit that made messages visible. */
-  readonly events = new EventEmitter();
+  /** Emits `changed` after a commit of this process that made messages visible, or one seen in the folder. */
+  private readonly events = new EventEmitter();
+  /** Counts the changes seen, so a receive can tell whether one came while it looked. */
+  private changes = 0;
+  private watcher: FSWatcher | undefined;
   private closed = false;
 
   constructor(readonly path: string) {
@@ -98,6 +111,44 @@ export class LocalQueueDatabase {
       CREATE INDEX IF NOT EXISTS dead_letters_by_queue ON dead_letters (queue, seq);
     `);
     this.events.setMaxListeners(0);
+    this.watcher = watchCommits(
+      path,
+      () => this.changed(),
+      () => {
+        // the watch ended (its folder removed): back to polling
+        this.watcher = undefined;
+      },
+    );
+  }
+
+  /** True when other processes' commits wake this process's long polls (else they poll). */
+  get watchesCommits(): boolean {
+    return this.watcher !== undefined;
+  }
+
+  /** Wakes this process's long polls: messages may have become visible. */
+  changed(): void {
+    this.changes += 1;
+    this.events.emit("changed");
+  }
+
+  /** How many changes were seen so far: pass it to {@link waitForChange} after looking. */
+  get changeCount(): number {
+    return this.changes;
+  }
+
+  /** Resolves after `ms`, or at once when a change came since `seen` (or comes meanwhile), or on close. */
+  waitForChange(seen: number, ms: number): Promise<void> {
+    if (this.changes !== seen || this.closed) return Promise.resolve();
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.events.off("changed", done);
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      this.events.once("changed", done);
+    });
   }
 
   /** True once close() ran; pending long polls then return empty. */
@@ -109,7 +160,8 @@ export class LocalQueueDatabase {
   close(): void {
     if (this.closed) return;
     this.closed = true;
-    this.events.emit("closed");
+    this.watcher?.close();
+    this.changed();
     this.db.close();
   }
 }
@@ -118,6 +170,7 @@ export class LocalQueueDatabase {
 export class LocalQueue implements Queue {
   private readonly insert;
   private readonly anyReady;
+  private readonly nextVisible;
   private readonly selectReady;
   private readonly markReceived;
   private readonly moveToDeadLetters;
@@ -140,6 +193,9 @@ export class LocalQueue implements Queue {
     );
     this.anyReady = db.prepare<[string, number], { one: number }>(
       "SELECT 1 AS one FROM messages WHERE queue = ? AND visible_at <= ? LIMIT 1",
+    );
+    this.nextVisible = db.prepare<[string, number], { at: number | null }>(
+      "SELECT MIN(visible_at) AS at FROM messages WHERE queue = ? AND visible_at > ?",
     );
     this.selectReady = db.prepare<[string, number, number, number], MessageRow>(
       "SELECT seq, id, body, receive_count FROM messages WHERE queue = ? AND visible_at <= ? AND seq > ? ORDER BY seq LIMIT ?",
@@ -184,7 +240,7 @@ export class LocalQueue implements Queue {
     this.database.db.transaction(() => {
       for (const [index, body] of bodies.entries()) this.insert.run({ queue: this.name, id: ids[index]!, body, now });
     })();
-    this.database.events.emit(`sent:${this.name}`);
+    this.database.changed();
     return ids;
   }
 
@@ -194,11 +250,22 @@ export class LocalQueue implements Queue {
     const deadline = Date.now() + parsed.waitSeconds * 1000;
     for (;;) {
       if (this.database.isClosed) return [];
+      // Noted before looking: a change that comes while we look ends the wait at once.
+      const seen = this.database.changeCount;
       const received = this.receiveNow(parsed.maxMessages, visibilityMs);
       const remaining = deadline - Date.now();
       if (received.length > 0 || remaining <= 0) return received;
-      await this.waitForSend(Math.min(POLL_INTERVAL_MS, remaining));
+      await this.database.waitForChange(seen, Math.min(remaining, this.nextLookMs()));
     }
+  }
+
+  /** How long an empty long poll may sleep before it looks again, if no change wakes it first. */
+  private nextLookMs(): number {
+    if (!this.database.watchesCommits) return POLL_INTERVAL_MS;
+    // A message in flight becomes visible again by time alone, which no commit announces.
+    const now = Date.now();
+    const at = this.nextVisible.get(this.name, now)?.at;
+    return Math.max(1, Math.min(WATCHED_POLL_INTERVAL_MS, at == null ? Infinity : at - now));
   }
 
   /** One attempt, in one IMMEDIATE transaction so two processes never take the same delivery. */
@@ -233,21 +300,6 @@ export class LocalQueue implements Queue {
       .immediate();
   }
 
-  private waitForSend(ms: number): Promise<void> {
-    return new Promise((resolve) => {
-      const event = `sent:${this.name}`;
-      const done = () => {
-        clearTimeout(timer);
-        this.database.events.off(event, done);
-        this.database.events.off("closed", done);
-        resolve();
-      };
-      const timer = setTimeout(done, ms);
-      this.database.events.once(event, done);
-      this.database.events.once("closed", done);
-    });
-  }
-
   async delete(receiptHandle: string): Promise<void> {
     // A stale handle (the message was redelivered since) matches nothing: the new delivery survives.
     this.deleteByReceipt.run(this.name, receiptHandle);
@@ -260,7 +312,7 @@ export class LocalQueue implements Queue {
       throw new ReceiptHandleError(
         `queue ${this.name}: receipt handle is not in flight any more (deleted, failed or redelivered)`,
       );
-    if (seconds === 0) this.database.events.emit(`sent:${this.name}`);
+    if (seconds === 0) this.database.changed();
   }
 
   async fail(receiptHandle: string, reason: string): Promise<void> {
@@ -280,7 +332,7 @@ export class LocalQueue implements Queue {
         return true;
       })
       .immediate();
-    if (released) this.database.events.emit(`sent:${this.name}`);
+    if (released) this.database.changed();
   }
 
   async approximateDepth(): Promise<{ visible: number; inFlight: number }> {
@@ -506,5 +558,28 @@ async function syncDir(path: string): Promise<void> {
     // Some filesystems refuse fsync on directories; the rename is still atomic.
   } finally {
     await handle.close();
+  }
+}
+
+/**
+ * Calls `onCommit` when another process may have committed to the SQLite database at `path`: a
+ * watch on its folder reports writes to `<db>-wal` (each commit appends to it) and to the database
+ * itself (checkpoints). Undefined where the platform cannot watch (no inotify left, no fs.watch);
+ * `onEnd` hears a watch that fails later.
+ */
+function watchCommits(path: string, onCommit: () => void, onEnd: () => void): FSWatcher | undefined {
+  const name = basename(path);
+  try {
+    // Not persistent: a watch must not keep a process alive that has nothing else to do.
+    const watcher = watch(dirname(path), { persistent: false }, (_event, file) => {
+      if (file === null || file.startsWith(name)) onCommit();
+    });
+    watcher.on("error", () => {
+      watcher.close();
+      onEnd();
+    });
+    return watcher;
+  } catch {
+    return undefined;
   }
 }

@@ -23,6 +23,43 @@ describe.concurrent("local transport specifics", () => {
     await target.cleanup();
   });
 
+  it("a long poll sleeps until another process commits: the folder watch wakes it", async () => {
+    const config = await target.freshConfig();
+    // Two connections in one process share nothing but the database file, as two processes do.
+    const receiver = new LocalTransport(config);
+    const sender = new LocalTransport(config);
+    try {
+      if (process.platform === "linux") expect(receiver.database.watchesCommits).toBe(true);
+      const before = receiver.database.changeCount;
+      const polling = receiver.queue("rollout-requests").receive({ waitSeconds: 20 });
+      await sender.queue("rollout-requests").send("from the other connection");
+      const [message] = await polling;
+      expect(message?.body).toBe("from the other connection");
+      if (receiver.database.watchesCommits) expect(receiver.database.changeCount).toBeGreaterThan(before);
+    } finally {
+      await sender.close();
+      await receiver.close();
+    }
+  });
+
+  it("a long poll looks again when a message in flight becomes visible, which no commit announces", async () => {
+    const config = await target.freshConfig();
+    const transport = new LocalTransport(config);
+    try {
+      const queue = transport.queue("rollout-requests");
+      await queue.send("comes back");
+      const [first] = await queue.receive({ visibilityTimeoutSeconds: 1 });
+      expect(first?.body).toBe("comes back");
+      const started = Date.now();
+      const [again] = await queue.receive({ waitSeconds: 20 });
+      expect(again?.body).toBe("comes back");
+      // at its visibility timeout (1 s), not at the end of the 20 s wait
+      expect(Date.now() - started).toBeLessThan(10_000);
+    } finally {
+      await transport.close();
+    }
+  });
+
   it("messages, in-flight state and dead letters survive closing and reopening the database", async () => {
     const config = await target.freshConfig({ maxReceiveCount: 1 });
     const first = new LocalTransport(config);
