@@ -35,11 +35,17 @@ export const TransportSummary = z.object({
   localBatchedMsgPerCpuS: Figure,
   localPutP50Ms: Figure,
   localGetP50Ms: Figure,
+  /** A message's time from its send to another process's long-polling receive (ms, p50). */
+  localWakeP50Ms: Figure,
+  /** CPU of that other process while it long-polls an empty queue, % of a core. */
+  localIdleConsumerCpuPercent: Figure,
   /** The aws transport on moto; null with --local-only. */
   motoMsgPerS: Figure,
   motoBatchedMsgPerS: Figure,
   motoPutP50Ms: Figure,
   motoGetP50Ms: Figure,
+  motoWakeP50Ms: Figure,
+  motoIdleConsumerCpuPercent: Figure,
   load1: z.number(),
 });
 export type TransportSummary = z.infer<typeof TransportSummary>;

@@ -11,7 +11,9 @@ const TRAIN_BENCH = fileURLToPath(new URL("../../bench/train.ts", import.meta.ur
 describe("bench summary line", () => {
   it("bench:transport ends with its JSON summary (tiny local-only run)", async () => {
     const args = ["--import", "tsx", TRANSPORT_BENCH, "--local-only", "--messages", "40", "--objects", "5"];
-    const run = await runProcess(process.execPath, [...args, "--phase-ms", "2000"], { timeoutMs: 60_000 });
+    const run = await runProcess(process.execPath, [...args, "--phase-ms", "2000", "--idle-ms", "1500"], {
+      timeoutMs: 60_000,
+    });
     expect(run.status, run.stderr).toBe(0);
     const summary = parseSummary(TransportSummary, run.stdout);
     // 40 one-at-a-time cycles and 40 batched ones ran, so both rates are measured and positive
@@ -20,9 +22,14 @@ describe("bench summary line", () => {
     expect(summary.localMsgPerCpuS).toBeGreaterThan(0);
     expect(summary.localBatchedMsgPerCpuS).toBeGreaterThan(0);
     expect(summary.localPutP50Ms).toBeGreaterThan(0);
+    // another process received the wake phase's messages, and idled before them
+    expect(summary.localWakeP50Ms).toBeGreaterThan(0);
+    expect(summary.localIdleConsumerCpuPercent).toBeGreaterThanOrEqual(0);
     expect(summary.motoMsgPerS).toBeNull();
+    expect(summary.motoWakeP50Ms).toBeNull();
     // the table comes first: the summary is the last line only
     expect(run.stdout).toMatch(/send\+receive\+delete, 1 at a time \(msg\/s\) +\| \d+ \(n=40\)/);
+    expect(run.stdout).toMatch(/send to other process's receive, p50\/p90 \(ms\) +\| [\d.]+ \/ [\d.]+ \(n=30\)/);
   });
 
   it("bench:policy ends with its JSON summary (short measurements, the tests' small model)", async () => {
