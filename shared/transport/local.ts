@@ -66,7 +66,7 @@ interface MessageRow {
  * One process's connection to the shared queue database. All queues of a transport share it. A
  * long-polling receive sleeps until the database changes: a send in this process wakes it at once,
  * a commit of another process through a watch on the database's folder (its WAL file grows), so
- * an idle consumer costs nothing; without such a watch it looks every POLL_INTERVAL_MS.
+ * an idle consumer costs next to nothing; without such a watch it looks every POLL_INTERVAL_MS.
  */
 export class LocalQueueDatabase {
   readonly db: Database.Database;
@@ -115,7 +115,7 @@ export class LocalQueueDatabase {
       path,
       () => this.changed(),
       () => {
-        // the watch ended (its folder removed): back to polling
+        // the watch failed: back to looking every POLL_INTERVAL_MS
         this.watcher = undefined;
       },
     );
