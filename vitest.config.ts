@@ -6,10 +6,13 @@ const INCLUDE = ["test/**/*.test.ts", "env-images/**/*.test.ts"];
 /**
  * Files that need a process of their own: they change process-wide state that the next file in
  * the same process would see (TF.js's backend and engine, the model tests' device state, stubbed
- * globals and timers). Every other file runs in a process it shares with the files before it, so
- * the modules every file imports (zod schemas, the AWS SDK, commander) load once per process
- * instead of once per file; test/support/restoreEnv.ts undoes what a shared file set in
- * process.env. A file that fails only after another one in the same process belongs here.
+ * globals and timers). They run on the forks pool, each in a fresh child process. Every other
+ * file runs on the threads pool, in a worker thread it shares with the files before it, so the
+ * modules every file imports (zod schemas, the AWS SDK, aws-cdk-lib, commander) load once per
+ * thread instead of once per file; test/support/restoreEnv.ts undoes what a shared file set in
+ * process.env (a thread's own copy). Whether a pool reuses its workers is vitest's root
+ * `poolOptions.<pool>.isolate` (a project's own poolOptions do not reach the pool), hence one pool
+ * per kind. A file that fails only after another one in the same thread belongs here.
  */
 export const OWN_PROCESS = [
   "test/model/*.test.ts",
@@ -32,15 +35,19 @@ export default defineConfig({
     // Suites spawn servers and child processes; run files in parallel on 2 cores but keep slack.
     testTimeout: 60_000,
     hookTimeout: 60_000,
-    pool: "forks",
     sequence: { sequencer: LongFirstSequencer },
-    poolOptions: { forks: { maxForks: 2, minForks: 1 } },
+    // The pools run side by side: two shared threads and one own-process fork on 2 cores (the
+    // own-process files add up to a fifth of the suite's time).
+    poolOptions: {
+      threads: { maxThreads: 2, minThreads: 1, isolate: false },
+      forks: { maxForks: 1, minForks: 1 },
+    },
     // The watchdog names a test file that runs for minutes, so a run stopped by a time limit says where.
     reporters: ["default", "./test/support/watchdog.ts"],
     projects: [
       {
         extends: true,
-        test: { name: "own-process", include: OWN_PROCESS },
+        test: { name: "own-process", include: OWN_PROCESS, pool: "forks" },
       },
       {
         extends: true,
@@ -48,8 +55,9 @@ export default defineConfig({
           name: "shared",
           include: INCLUDE,
           exclude: OWN_PROCESS,
+          pool: "threads",
+          isolate: false,
           setupFiles: ["test/support/restoreEnv.ts"],
-          poolOptions: { forks: { isolate: false } },
         },
       },
     ],

@@ -1,7 +1,7 @@
 import { afterAll } from "vitest";
 
 /**
- * Setup file of the test files that share a process (vitest.config.ts, "shared"): whatever a file
+ * Setup file of the test files that share a worker thread (vitest.config.ts, "shared"): whatever a file
  * or the code it runs sets in process.env (an API key, a data folder) is undone when the file ends,
  * so neither the next file nor the processes it spawns inherit it. vitest runs a setup file again
  * before each test file and before importing it, so the snapshot also sees what the file's own

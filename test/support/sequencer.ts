@@ -1,7 +1,7 @@
 import { BaseSequencer, type TestSpecification } from "vitest/node";
 
 /**
- * The suite runs on two forks; a long file started last leaves one fork idle while it ends. These
+ * The shared files run on two threads; a long file started last leaves one idle while it ends. These
  * files each run a pipeline, a deploy rehearsal or container images for a minute or more, so they
  * start first, longest first, and the short files fill in around them. A file missing from the
  * list keeps vitest's own order after them.

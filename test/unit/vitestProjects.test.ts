@@ -1,20 +1,21 @@
 import { readdirSync, readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { isMainThread } from "node:worker_threads";
 import { describe, expect, it } from "vitest";
-import { OWN_PROCESS } from "../../vitest.config.ts";
+import config, { OWN_PROCESS } from "../../vitest.config.ts";
 
 /**
- * vitest.config.ts runs most test files in processes they share; a file that changes what the
- * next file in its process would see must be listed in OWN_PROCESS. These are the changes that
- * no setup file undoes: TF.js's backend and engine (one per process) and vitest's stubbed globals
+ * vitest.config.ts runs most test files in worker threads they share; a file that changes what the
+ * next file in its thread would see must be listed in OWN_PROCESS. These are the changes that
+ * no setup file undoes: TF.js's backend and engine (one per thread) and vitest's stubbed globals
  * and fake timers.
  */
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));
 const PROCESS_WIDE = [
   /\binitBackend\(/,
   /\bsetBackend\(/,
-  /from "@tensorflow\//,
+  /^import [^;]*from "@tensorflow\//m,
   /vi\.useFakeTimers\(/,
   /vi\.stubGlobal\(/,
 ];
@@ -56,5 +57,26 @@ describe("test files that change process-wide state", () => {
     expect(offending).toEqual([]);
     // every listed entry still names a test file or a folder of them
     expect(OWN_PROCESS.filter((glob) => !files.some((file) => matches(glob, file)))).toEqual([]);
+  });
+});
+
+describe("the pools those files run on", () => {
+  // vitest decides whether a pool reuses its workers from the root's poolOptions alone (a project's
+  // own poolOptions never reach the pool): one pool per kind of file.
+  const test = config.test ?? {};
+  const project = (name: string) =>
+    (test.projects ?? []).flatMap((entry) =>
+      typeof entry === "object" && "test" in entry && entry.test?.name === name ? [entry.test] : [],
+    )[0];
+
+  it("runs the shared files on the threads pool, whose workers are reused, and each listed file in a fresh fork", () => {
+    expect(project("shared")).toMatchObject({ pool: "threads", isolate: false, exclude: OWN_PROCESS });
+    expect(test.poolOptions?.threads?.isolate).toBe(false);
+    expect(project("own-process")).toMatchObject({ pool: "forks", include: OWN_PROCESS });
+    expect(test.poolOptions?.forks?.isolate ?? true).toBe(true);
+  });
+
+  it("runs this file, a shared one, in a worker thread", () => {
+    expect(isMainThread).toBe(false);
   });
 });
