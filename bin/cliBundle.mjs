@@ -4,6 +4,8 @@
 // in about half the CPU time. The bundle is rebuilt, in about a second, whenever a file it was made
 // from changed (size or mtime), so an edited checkout never runs stale code. Plain JavaScript:
 // this runs before any TypeScript loader exists.
+
+import { execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { dirname, join, relative as relativePath } from "node:path";
@@ -145,10 +147,88 @@ function sourceUrls(root, workers, selfNamed) {
   };
 }
 
+/**
+ * Packages loaded with Node's source maps off. bin/agentrl.mjs turns them on so that stack traces
+ * name our sources' lines; TF.js's packages ship about 10 MB of maps of their own, which Node would
+ * read and parse in every role that loads TF.js (about 0.35 s of CPU per start) for frames that
+ * are not ours.
+ */
+export const UNMAPPED_PACKAGES = [
+  "@tensorflow/tfjs",
+  "@tensorflow/tfjs-backend-wasm",
+  "@tensorflow/tfjs-backend-webgpu",
+];
+const UNMAPPED = "agentrl-unmapped";
+
+/**
+ * Each import of an UNMAPPED_PACKAGES package becomes a module that requires it with the maps off
+ * and re-exports its names. The names are read in a child process (loading TF.js here would leave
+ * its backends registered in the process about to run a command); `packageFiles` collects each
+ * package's package.json, so a different installed version makes a new bundle. A package that is
+ * not installed (the functions image has no TF.js, the CPU trainer image no WebGPU backend) stays
+ * a plain import, which fails only if a command does load it.
+ */
+function unmappedPackages(root, packageFiles) {
+  /** @type {Record<string, { names: string[], manifest: string } | null> | undefined} */
+  let installed;
+  const packageOf = (name) => {
+    installed ??= readPackages(root);
+    return installed[name] ?? null;
+  };
+  return {
+    name: UNMAPPED,
+    setup(build) {
+      const escaped = UNMAPPED_PACKAGES.map((name) => name.replace(/[/.-]/g, "\\$&"));
+      build.onResolve({ filter: new RegExp(`^(${escaped.join("|")})$`) }, (args) =>
+        packageOf(args.path) ? { path: args.path, namespace: UNMAPPED } : undefined,
+      );
+      build.onLoad({ filter: /.*/, namespace: UNMAPPED }, (args) => {
+        const { names, manifest } = /** @type {{ names: string[], manifest: string }} */ (packageOf(args.path));
+        packageFiles.add(relativePath(root, manifest));
+        const contents = [
+          'import { createRequire } from "node:module";',
+          "const mapped = process.sourceMapsEnabled;",
+          "if (mapped) process.setSourceMapsEnabled(false);",
+          "let loaded;",
+          `try { loaded = createRequire(import.meta.url)(${JSON.stringify(args.path)}); }`,
+          "finally { if (mapped) process.setSourceMapsEnabled(true); }",
+          "export default loaded;",
+          ...names
+            .filter((name) => name !== "default" && /^[A-Za-z_$][\w$]*$/.test(name))
+            .map((name, i) => `const name${i} = loaded[${JSON.stringify(name)}]; export { name${i} as ${name} };`),
+        ].join("\n");
+        return { contents, loader: "js", resolveDir: root };
+      });
+    },
+  };
+}
+
+/** Each UNMAPPED_PACKAGES package's export names and package.json, or null where it is not installed. */
+function readPackages(root) {
+  const script = `const found = {};
+for (const name of ${JSON.stringify(UNMAPPED_PACKAGES)}) {
+  try { found[name] = { names: Object.keys(require(name)), manifest: require.resolve(name + "/package.json") }; }
+  catch { found[name] = null; }
+}
+process.stdout.write(JSON.stringify(found));`;
+  try {
+    return JSON.parse(
+      execFileSync(process.execPath, ["-e", script], {
+        cwd: root,
+        encoding: "utf8",
+        stdio: ["ignore", "pipe", "ignore"],
+      }),
+    );
+  } catch {
+    return {};
+  }
+}
+
 async function build(root, entry, workers, selfNamed, cacheDir) {
   const { build: esbuild } = await import("esbuild");
   mkdirSync(cacheDir, { recursive: true });
   const started = Date.now();
+  const packageFiles = new Set();
   const dir = `build-${started}-${randomBytes(4).toString("hex")}`;
   const result = await esbuild({
     absWorkingDir: root,
@@ -170,11 +250,14 @@ async function build(root, entry, workers, selfNamed, cacheDir) {
     sourcemap: "linked",
     metafile: true,
     logLevel: "silent",
-    plugins: [sourceUrls(root, workers, selfNamed)],
+    plugins: [unmappedPackages(root, packageFiles), sourceUrls(root, workers, selfNamed)],
   });
   const finished = Date.now();
   const inputs = {};
-  for (const path of Object.keys(result.metafile.inputs)) {
+  // a package an UNMAPPED_PACKAGES module re-exports stands for its package.json; the module itself
+  // (`agentrl-unmapped:<package>`) is no file
+  const files = Object.keys(result.metafile.inputs).filter((path) => !path.startsWith(`${UNMAPPED}:`));
+  for (const path of [...files, ...packageFiles]) {
     const [mtimeMs, size] = fingerprint(join(root, path));
     // edited while the build read it: record it as changed, so the next start builds again (a
     // file dated in the future, from a clock ahead of this one, is recorded as it is)

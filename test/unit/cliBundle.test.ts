@@ -1,5 +1,5 @@
 import { spawnSync } from "node:child_process";
-import { mkdirSync, readdirSync, readFileSync, utimesSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, utimesSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { describe, expect, it } from "vitest";
@@ -164,6 +164,58 @@ describe("the CLI's bundle (bin/cliBundle.mjs)", () => {
     expect(lossModules.length).toBeGreaterThanOrEqual(2);
     expect(Object.keys(REPOSITORY_SELF_NAMED).sort()).toEqual(lossModules.sort());
     for (const path of wrappers) expect(readdirSync(join(ROOT, path, ".."))).toContain(`${path.split("/").at(-1)}.ts`);
+  });
+
+  it("loads TF.js with source maps off, so its maps are not parsed, while the bundle's own frames still name their sources", async () => {
+    // inside the repository, so that the program resolves the repository's TF.js
+    const root = mkdtempSync(join(ROOT, "node_modules", ".cache", "agentrl-bundle-maps-"));
+    try {
+      writeFileSync(
+        join(root, "maps.ts"),
+        [
+          'import * as tf from "@tensorflow/tfjs";',
+          'import { createRequire, findSourceMap } from "node:module";',
+          'const tfjs = createRequire(import.meta.url).resolve("@tensorflow/tfjs");',
+          "const sum = tf.tensor1d([1, 2, 3]).sum().dataSync()[0];",
+          'const frame = new Error("here").stack?.split("\\n")[1] ?? "";',
+          "console.log(JSON.stringify({ sum, tfjsMapped: findSourceMap(tfjs) !== undefined, frame }));",
+        ].join("\n"),
+      );
+      const cacheDir = join(root, "cache");
+      const url = await bundle({ root, entry: "maps.ts", cacheDir });
+      expect(url).toBeDefined();
+      // as bin/agentrl.mjs runs a bundle: maps on, then the import
+      const result = spawnSync(
+        process.execPath,
+        ["--input-type=module", "-e", `process.setSourceMapsEnabled(true); await import(${JSON.stringify(url)});`],
+        { encoding: "utf8", timeout: SYNC_TIMEOUT_MS },
+      );
+      expect(result.stderr).not.toMatch(/Error/);
+      const seen = JSON.parse(result.stdout.trim().split("\n").at(-1) ?? "{}") as Record<string, unknown>;
+      expect(seen.sum).toBe(6);
+      expect(seen.tfjsMapped).toBe(false);
+      expect(seen.frame).toMatch(/maps\.ts:5:\d+/);
+      // a different TF.js install (its package.json) makes a new bundle
+      const manifest = JSON.parse(readFileSync(join(cacheDir, "current.json"), "utf8")) as {
+        inputs: Record<string, unknown>;
+      };
+      expect(Object.keys(manifest.inputs).filter((path) => path.endsWith("package.json"))).toEqual([
+        expect.stringMatching(/@tensorflow\/tfjs\/package\.json$/),
+      ]);
+    } finally {
+      rmSync(root, { recursive: true, force: true });
+    }
+  });
+
+  it("leaves an import of TF.js that is not installed as it is (the functions image has none)", async () => {
+    const { root, cacheDir } = project(); // outside the repository: no node_modules to resolve from
+    writeFileSync(
+      join(root, "lazy-tf.ts"),
+      'export const model = () => import("@tensorflow/tfjs");\nconsole.log("started without TF.js");\n',
+    );
+    const url = await bundle({ root, entry: "lazy-tf.ts", cacheDir });
+    expect(url).toBeDefined();
+    expect(run(url as string)).toBe("started without TF.js");
   });
 
   it("agentrl runs the same from its bundle and from its sources", () => {
