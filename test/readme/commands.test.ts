@@ -213,8 +213,8 @@ describe("the README's command blocks", () => {
     expect(status).toBe(0);
     // The success tables' rows (per-kind tables follow for tasks with kinds: "| v2 | 50.0 (2) |"),
     // and the newest against v0, instance by instance.
-    expect(output.match(new RegExp(`^\\| v${STEPS} \\| [\\d.]+ \\|`, "gm"))).toHaveLength(2);
-    expect(output.match(/^\| v0 \| [\d.]+ \|/gm)).toHaveLength(1);
+    expect(output.match(new RegExp(`^\\| v${STEPS} \\| [\\d.]+ \\|`, "gm")), output).toHaveLength(2);
+    expect(output.match(/^\| v0 \| [\d.]+ \|/gm), output).toHaveLength(1);
     expect(output).toMatch(new RegExp(`^\\| v${STEPS} − v0 \\| instances \\| difference \\|`, "m"));
     expect(output).toMatch(new RegExp(`written to runs/${runName}/eval-`));
   }, 320_000);
