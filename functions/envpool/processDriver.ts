@@ -1,5 +1,16 @@
 import { type ChildProcess, spawn } from "node:child_process";
-import { closeSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, rmSync, writeFileSync } from "node:fs";
+import {
+  closeSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  readSync,
+  renameSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { z } from "zod";
@@ -97,8 +108,7 @@ export class ProcessDriver implements WorkerDriver {
       this.children.delete(pid);
       rmSync(this.pidFile(pid), { force: true });
     });
-    const record: PidFile = { pid, task, logFile, launchedAt };
-    writeFileSync(this.pidFile(pid), JSON.stringify(record));
+    writePidFile(this.pidFile(pid), { pid, task, logFile, launchedAt });
     return { id: `pid:${pid}`, address: undefined, state: "running", launchedAt };
   }
 
@@ -122,16 +132,16 @@ export class ProcessDriver implements WorkerDriver {
     for (const name of readdirSync(this.options.stateDir)) {
       if (!name.endsWith(".json")) continue;
       const file = join(this.options.stateDir, name);
-      const parsed = PidFile.safeParse(readJson(file));
-      if (!parsed.success || parsed.data.task !== this.options.task) continue;
-      const { pid, launchedAt } = parsed.data;
+      const record = this.readPidFile(file, name);
+      if (record === undefined || record.task !== this.options.task) continue;
+      const { pid, launchedAt } = record;
       const alive = processRuns(pid) && isWorkerProcess(pid, this.options.task);
       // A dead worker is reported once as stopped (the manager counts it), then forgotten.
       if (!alive) rmSync(file, { force: true });
-      let address = parsed.data.address;
-      if (alive && address === undefined && parsed.data.logFile !== undefined) {
-        address = announcedAddress(parsed.data.logFile);
-        if (address !== undefined) writeFileSync(file, JSON.stringify({ ...parsed.data, address }));
+      let address = record.address;
+      if (alive && address === undefined && record.logFile !== undefined) {
+        address = announcedAddress(record.logFile);
+        if (address !== undefined) writePidFile(file, { ...record, address });
       }
       out.push({ id: `pid:${pid}`, address, state: alive ? "running" : "stopped", launchedAt });
     }
@@ -141,6 +151,42 @@ export class ProcessDriver implements WorkerDriver {
   private pidFile(pid: number): string {
     return join(this.options.stateDir, `${pid}.json`);
   }
+
+  /**
+   * A worker's pid file; one that does not parse (written by an older version, or cut short on a
+   * full disk) still names its pid, and the worker is listed, without an address, if that pid is
+   * an `env serve` of this task, so that it can still be stopped.
+   */
+  private readPidFile(file: string, name: string): PidFile | undefined {
+    const parsed = PidFile.safeParse(readJson(file));
+    if (parsed.success) return parsed.data;
+    const pid = Number(/^(\d+)\.json$/.exec(name)?.[1]);
+    if (!Number.isSafeInteger(pid) || pid <= 0) return undefined;
+    const { task } = this.options;
+    if (!processRuns(pid) || !isWorkerProcess(pid, task)) {
+      rmSync(file, { force: true });
+      return undefined;
+    }
+    let launchedAt = Date.now();
+    try {
+      launchedAt = statSync(file).mtimeMs;
+    } catch {
+      // removed meanwhile: listed once more with the time of this listing
+    }
+    const record: PidFile = { pid, task, launchedAt };
+    writePidFile(file, record);
+    return record;
+  }
+}
+
+/**
+ * Written whole or not at all (a temporary file renamed over it): a pool killed while writing
+ * must not leave an empty pid file, which would hide a running worker from the next listing.
+ */
+function writePidFile(file: string, record: PidFile): void {
+  const temporary = `${file}.${process.pid}.tmp`;
+  writeFileSync(temporary, JSON.stringify(record));
+  renameSync(temporary, file);
 }
 
 /**

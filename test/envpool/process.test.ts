@@ -1,4 +1,5 @@
-import { readFileSync } from "node:fs";
+import { readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { exampleNumbers } from "../../env-images/example/index.ts";
 import { type RunningController, startController } from "../../functions/controller/controller.ts";
@@ -204,6 +205,24 @@ describe("env pool with the process driver", () => {
       expect(processRuns(pid)).toBe(false);
       expect(await driver.list()).toEqual([]);
       expect(await stopListedWorkers(stateDir, "example", log)).toBe(0);
+    },
+    SLOW,
+  );
+
+  it(
+    "stops a worker whose pid file was cut short, by the pid in its name, and never a process that is not its worker",
+    async () => {
+      const stateDir = tempDir("envpool-cut-short-");
+      const { driver } = pool({ stateDir });
+      const worker = await driver.launch({ concurrency: 1 });
+      const pid = Number(worker.id.replace("pid:", ""));
+      // a pool killed while writing it (an older version truncated before writing) left it empty
+      writeFileSync(join(stateDir, `${pid}.json`), "");
+      // and one naming this test's own process, which is no env worker of the task
+      writeFileSync(join(stateDir, `${process.pid}.json`), "{");
+      expect(await stopListedWorkers(stateDir, "example", log)).toBe(1);
+      expect(processRuns(pid)).toBe(false);
+      expect(readdirSync(stateDir).filter((name) => name.endsWith(".json"))).toEqual([]);
     },
     SLOW,
   );
