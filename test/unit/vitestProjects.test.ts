@@ -74,6 +74,9 @@ describe("the pools those files run on", () => {
     expect(test.poolOptions?.threads?.isolate).toBe(false);
     expect(project("own-process")).toMatchObject({ pool: "forks", include: OWN_PROCESS });
     expect(test.poolOptions?.forks?.isolate ?? true).toBe(true);
+    // one after the other, so that no more than two files run at once
+    expect(project("shared")?.sequence?.groupOrder).toBe(0);
+    expect(project("own-process")?.sequence?.groupOrder).toBe(1);
   });
 
   it("runs this file, a shared one, in a worker thread", () => {
