@@ -148,10 +148,11 @@ function sourceUrls(root, workers, selfNamed) {
 }
 
 /**
- * Packages loaded with Node's source maps off. bin/agentrl.mjs turns them on so that stack traces
- * name our sources' lines; TF.js's packages ship about 10 MB of maps of their own, which Node would
- * read and parse in every role that loads TF.js (about 0.35 s of CPU per start) for frames that
- * are not ours.
+ * Packages the bundle requires, with Node's source maps off, instead of importing them. They are
+ * CommonJS: imported as ES modules, Node lexes each of their files for its export names; and with
+ * the source maps bin/agentrl.mjs turns on (so that stack traces name our sources' lines) it reads
+ * and parses TF.js's 10 MB of maps, for frames that are not ours. Both cost every role that loads
+ * TF.js about 0.8 s of CPU at start (docs/commands.md).
  */
 export const UNMAPPED_PACKAGES = [
   "@tensorflow/tfjs",
