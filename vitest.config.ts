@@ -26,9 +26,6 @@ export const OWN_PROCESS = [
   "test/agentbench/fetch.test.ts",
   "test/env/idlePool.test.ts",
   "test/unit/quickstart.test.ts",
-  // runs the pipeline in-process twice; in a thread reused after other files its second run never
-  // ended (its roles had stopped, the run did not return), twice in full suites, never alone
-  "test/e2e/seeded.test.ts",
 ];
 
 export default defineConfig({

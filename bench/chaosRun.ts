@@ -16,8 +16,8 @@ import { seededRandom } from "../shared/rl/random.ts";
 import { sleep } from "../shared/sleep.ts";
 import { LocalObjectStore, LocalTransport } from "../shared/transport/local.ts";
 import {
-  childPids,
   logRecords,
+  runPids,
   signalPids,
   storedTrajectories,
   TINY_MODEL,
@@ -238,7 +238,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
 /** SIGKILLs one role and waits until it serves again; undefined when the role was not running. */
 async function killAndWatch(role: ChaosRole, runDir: string, done: () => boolean): Promise<KillRecord | undefined> {
   if (role === "trainer-publish") return killMidPublish(runDir, done);
-  const pids = childPids(NEEDLES[role]);
+  const pids = runPids(runDir, NEEDLES[role]);
   if (pids.length === 0) return undefined;
   const before = await snapshot(role, runDir);
   for (const pid of pids) process.kill(pid, "SIGKILL");
@@ -277,7 +277,7 @@ async function recovered(
   before: Snapshot,
 ): Promise<boolean> {
   if (role === "trainer-publish") return false;
-  const fresh = childPids(NEEDLES[role]).filter((pid) => !killed.includes(pid));
+  const fresh = runPids(runDir, NEEDLES[role]).filter((pid) => !killed.includes(pid));
   if (fresh.length === 0) return false;
   switch (role) {
     case "controller": {
@@ -333,7 +333,7 @@ async function killMidPublish(runDir: string, done: () => boolean): Promise<Kill
   const signal = (name: NodeJS.Signals) => signalPids(pids, name);
   while (Date.now() < deadline && !done()) {
     if (Date.now() - lookedUp > PID_REFRESH_MS) {
-      pids = childPids(NEEDLES.trainer);
+      pids = runPids(runDir, NEEDLES.trainer);
       lookedUp = Date.now();
     }
     for (const dir of published()) {
@@ -342,7 +342,7 @@ async function killMidPublish(runDir: string, done: () => boolean): Promise<Kill
       // An empty folder is a publish about to write its ledger: look again at the next poll.
       if (readdirSync(folder).length === 0) continue;
       known.add(dir);
-      if (!pids.every(processRuns)) pids = childPids(NEEDLES.trainer); // restarted since the lookup
+      if (!pids.every(processRuns)) pids = runPids(runDir, NEEDLES.trainer); // restarted since the lookup
       if (pids.length === 0) continue;
       signal("SIGSTOP");
       if (existsSync(join(folder, "manifest.json"))) {

@@ -1,11 +1,11 @@
-import { execFileSync } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 import { type ExperimentConfig, parseConfig } from "../../shared/config/index.ts";
 import { parseJsonOrThrow } from "../../shared/errors.ts";
 import { Trajectory } from "../../shared/protocol/messages.ts";
 import type { ObjectStore } from "../../shared/transport/types.ts";
-import { agentrl, SYNC_TIMEOUT_MS } from "./cli.ts";
+import { agentrl } from "./cli.ts";
+import { processIdsNaming } from "./processes.ts";
 
 /**
  * Setup shared by the chaos run (bench/chaos.ts, test/e2e/chaos.test.ts) and the tests that read
@@ -89,24 +89,14 @@ export function signalPids(pids: readonly number[], name: NodeJS.Signals): void 
     }
 }
 
-/** PIDs of this process's own descendants whose command line contains `needle` (other runs may be going on). */
-export function childPids(needle: string): number[] {
-  const processes = execFileSync("ps", ["-eo", "pid=,ppid=,args="], { encoding: "utf8", timeout: SYNC_TIMEOUT_MS })
-    .split("\n")
-    .map((line) => line.trim().split(/\s+/))
-    .filter((fields) => fields.length >= 3)
-    .map(([pid, ppid, ...args]) => ({ pid: Number(pid), ppid: Number(ppid), args: args.join(" ") }));
-  // Descendants, not only children: env workers are children of their env pool.
-  const ours = new Set([process.pid]);
-  for (let grown = true; grown; ) {
-    grown = false;
-    for (const p of processes)
-      if (!ours.has(p.pid) && ours.has(p.ppid)) {
-        ours.add(p.pid);
-        grown = true;
-      }
-  }
-  return processes.filter((p) => p.pid !== process.pid && ours.has(p.pid) && p.args.includes(needle)).map((p) => p.pid);
+/**
+ * PIDs of the role processes of the run in `runDir` whose command line contains `needle`. A run's
+ * processes are told apart by its folder, which each names (`--config <runDir>/config.json`, an env
+ * worker's state file), not by being this process's descendants: test files that share a worker
+ * thread share its process, and another file's runs are descendants of it too.
+ */
+export function runPids(runDir: string, needle: string): number[] {
+  return processIdsNaming(`${resolve(runDir)}/`, needle).filter((pid) => pid !== process.pid);
 }
 
 /** Every stored trajectory of the store, by id. */
