@@ -568,7 +568,8 @@ export class AwsTransport implements Transport {
    */
   async ensureResources(options: { onWait?: (reason: string) => void; signal?: AbortSignal } = {}): Promise<void> {
     const waitSeconds = this.config.endpointWaitSeconds;
-    const deadline = Date.now() + waitSeconds * 1000;
+    const started = Date.now();
+    const deadline = started + waitSeconds * 1000;
     const endpoint = this.config.endpoint ?? `of ${this.config.region}`;
     /** Why the endpoint has not served us yet (the last attempt's failure). */
     let reason: string | undefined;
@@ -581,7 +582,8 @@ export class AwsTransport implements Transport {
       // An endpoint that accepts connections and never answers would hold a request for the SDK's
       // own timeouts (a minute of silence, three tries): no attempt outlives the wait (or its
       // shortest attempt, for a wait of 0 or one nearly over), nor a stop.
-      const attemptTimeout = AbortSignal.timeout(Math.max(deadline - Date.now(), SHORTEST_RESOURCES_ATTEMPT_MS));
+      const attemptMs = Math.max(deadline - Date.now(), SHORTEST_RESOURCES_ATTEMPT_MS);
+      const attemptTimeout = AbortSignal.timeout(attemptMs);
       const abortSignal = options.signal ? AbortSignal.any([options.signal, attemptTimeout]) : attemptTimeout;
       try {
         return await this.createResources(abortSignal);
@@ -589,12 +591,19 @@ export class AwsTransport implements Transport {
         if (options.signal?.aborted) throw stopped(error);
         const silent = attemptTimeout.aborted;
         if (!silent && !isTransientTransportError(error)) throw error;
-        reason = silent ? `no answer within ${waitSeconds} s` : error instanceof Error ? error.message : String(error);
-        if (Date.now() >= deadline)
+        // A silent try lasts at least SHORTEST_RESOURCES_ATTEMPT_MS, longer than a short wait: say how long each took.
+        reason = silent
+          ? `no answer within ${Math.round(attemptMs / 1000)} s`
+          : error instanceof Error
+            ? error.message
+            : String(error);
+        if (Date.now() >= deadline) {
+          const tried = Math.max(waitSeconds, Math.round((Date.now() - started) / 1000));
           throw new TransportError(
-            `cannot reach the AWS endpoint ${endpoint} to create the queues and buckets: ${reason} (tried for ${waitSeconds} s, transport.endpointWaitSeconds; is moto or LocalStack running there?)`,
+            `cannot reach the AWS endpoint ${endpoint} to create the queues and buckets: ${reason} (tried for ${tried} s; transport.endpointWaitSeconds is ${waitSeconds}; is moto or LocalStack running there?)`,
             { cause: error },
           );
+        }
         if (attempt === 0) options.onWait?.(reason);
         await sleep(Math.min(250 * 2 ** attempt, 2000, Math.max(0, deadline - Date.now())), options.signal);
       }

@@ -55,7 +55,7 @@ describe("an AWS endpoint that is not up yet", () => {
     expect(failure).toBeInstanceOf(AgentRlError);
     expect((failure as Error).message).toMatch(
       new RegExp(
-        `^cannot reach the AWS endpoint ${endpoint} to create the queues and buckets: .*ECONNREFUSED.*\\(tried for 2 s, transport\\.endpointWaitSeconds; is moto or LocalStack running there\\?\\)$`,
+        `^cannot reach the AWS endpoint ${endpoint} to create the queues and buckets: .*ECONNREFUSED.*\\(tried for 2 s; transport\\.endpointWaitSeconds is 2; is moto or LocalStack running there\\?\\)$`,
       ),
     );
     expect(Date.now() - started).toBeGreaterThanOrEqual(2000);
@@ -71,7 +71,7 @@ describe("an AWS endpoint that is not up yet", () => {
       ).catch((error: unknown) => error);
       expect(failure).toBeInstanceOf(TransportError);
       expect((failure as Error).message).toBe(
-        `cannot reach the AWS endpoint ${silent.endpoint} to create the queues and buckets: no answer within 2 s (tried for 2 s, transport.endpointWaitSeconds; is moto or LocalStack running there?)`,
+        `cannot reach the AWS endpoint ${silent.endpoint} to create the queues and buckets: no answer within 5 s (tried for 5 s; transport.endpointWaitSeconds is 2; is moto or LocalStack running there?)`,
       );
       expect(silent.connections()).toBeGreaterThan(0);
       // one try of at least 5 s, against the SDK's 60 s of silence times three tries
