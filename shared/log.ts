@@ -1,4 +1,4 @@
-import { type DestinationStream, type Logger, pino } from "pino";
+import { type DestinationStream, destination as fileDestination, type Logger, pino, stdTimeFunctions } from "pino";
 
 export type { Logger };
 
@@ -20,7 +20,7 @@ export interface LogContext {
 export function createLogger(context: LogContext = {}, destination?: DestinationStream): Logger {
   const level = process.env.AGENTRL_LOG_LEVEL ?? (process.env.VITEST ? "warn" : "info");
   return pino(
-    { level, base: { pid: process.pid, ...context }, timestamp: pino.stdTimeFunctions.isoTime },
-    destination ?? pino.destination({ fd: 2, sync: true }),
+    { level, base: { pid: process.pid, ...context }, timestamp: stdTimeFunctions.isoTime },
+    destination ?? fileDestination({ fd: 2, sync: true }),
   );
 }
