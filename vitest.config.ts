@@ -47,7 +47,13 @@ export default defineConfig({
     projects: [
       {
         extends: true,
-        test: { name: "own-process", include: OWN_PROCESS, pool: "forks", sequence: { groupOrder: 1 } },
+        test: {
+          name: "own-process",
+          include: OWN_PROCESS,
+          pool: "forks",
+          sequence: { groupOrder: 1 },
+          setupFiles: ["test/support/removeTempDirs.ts"],
+        },
       },
       {
         extends: true,
@@ -58,7 +64,7 @@ export default defineConfig({
           pool: "threads",
           isolate: false,
           sequence: { groupOrder: 0 },
-          setupFiles: ["test/support/restoreEnv.ts"],
+          setupFiles: ["test/support/restoreEnv.ts", "test/support/removeTempDirs.ts"],
         },
       },
     ],

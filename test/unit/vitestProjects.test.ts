@@ -79,6 +79,11 @@ describe("the pools those files run on", () => {
     expect(project("own-process")?.sequence?.groupOrder).toBe(1);
   });
 
+  it("gives every file the setup files that undo what it leaves behind (test/unit/sharedThread.test.ts runs them)", () => {
+    expect(project("shared")?.setupFiles).toEqual(["test/support/restoreEnv.ts", "test/support/removeTempDirs.ts"]);
+    expect(project("own-process")?.setupFiles).toEqual(["test/support/removeTempDirs.ts"]);
+  });
+
   it("runs this file, a shared one, in a worker thread", () => {
     expect(isMainThread).toBe(false);
   });
