@@ -10,7 +10,10 @@ const INCLUDE = ["test/**/*.test.ts", "env-images/**/*.test.ts"];
  * file runs on the threads pool, in a worker thread it shares with the files before it, so the
  * modules every file imports (zod schemas, the AWS SDK, aws-cdk-lib, commander) load once per
  * thread instead of once per file; test/support/restoreEnv.ts undoes what a shared file set in
- * process.env (a thread's own copy). Whether a pool reuses its workers is vitest's root
+ * process.env (a thread's own copy), and test/support/removeTempDirs.ts removes each file's temp
+ * folders. Files in a thread share its process: a test finds its own child processes by something
+ * of its own (a run folder, test/support/pipelineRun.ts runPids), never as descendants of
+ * process.pid, which are the other thread's too. Whether a pool reuses its workers is vitest's root
  * `poolOptions.<pool>.isolate` (a project's own poolOptions do not reach the pool), hence one pool
  * per kind. A file that fails only after another one in the same thread belongs here.
  */
