@@ -1,7 +1,8 @@
 // SQLite (sql.js, wasm) in a worker thread, so that the host can stop a runaway statement by
-// terminating the thread: SQLite itself offers no statement timeout here, and better-sqlite3
-// cannot be interrupted at all. Plain JavaScript because worker threads do not inherit the tsx
-// loader that runs the rest of the project; the host validates every reply with zod (engine.ts).
+// terminating the thread: SQLite itself offers no statement timeout here, and a synchronous native
+// driver (the local transport's libsql) cannot be interrupted at all. Plain JavaScript because
+// worker threads do not inherit the tsx loader that runs the rest of the project; the host
+// validates every reply with zod (engine.ts).
 import { parentPort } from "node:worker_threads";
 import initSqlJs from "sql.js";
 

@@ -16,7 +16,7 @@ export interface HostNode {
   readonly nodeBin: string;
   /** npm's package folder. @default /usr/lib/node_modules/npm */
   readonly npmDir: string;
-  /** Node's C headers (node-gyp builds better-sqlite3 against them instead of downloading them). */
+  /** Node's C headers, where the official image has them (node-gyp builds an addon against them instead of downloading them). */
   readonly headersDir: string;
   /** CA bundle trusted by apt, npm and node inside builds (a TLS-inspecting proxy's root is in it). */
   readonly caBundle: string;

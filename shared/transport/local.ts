@@ -9,7 +9,7 @@ import { EventEmitter } from "node:events";
 import { constants, type Dirent, type FSWatcher, mkdirSync, watch } from "node:fs";
 import { link, mkdir, open, readdir, readFile, rename, stat, unlink } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
-import Database from "better-sqlite3";
+import Database from "libsql";
 import { ReceiptHandleError, TransportError } from "./errors.ts";
 import {
   type DeadLetter,
@@ -53,6 +53,24 @@ export interface LocalTransportOptions {
   readonly maxReceiveCount: number;
   /** Visibility timeout of a receive that does not give one, seconds. */
   readonly visibilityTimeoutSeconds: number;
+}
+
+/**
+ * A prepared statement with the types of its parameters and rows. The driver types every row as
+ * `unknown`; these statements read only the tables this file creates, so their rows are what the
+ * SELECT names (no other writer exists to validate against).
+ */
+interface TypedStatement<Params extends unknown[], Row> {
+  run(...params: Params): { changes: number };
+  get(...params: Params): Row | undefined;
+  all(...params: Params): Row[];
+}
+
+function prepare<Params extends unknown[], Row = never>(
+  db: Database.Database,
+  sql: string,
+): TypedStatement<Params, Row> {
+  return db.prepare(sql) as unknown as TypedStatement<Params, Row>;
 }
 
 interface MessageRow {
@@ -188,43 +206,53 @@ export class LocalQueue implements Queue {
     private readonly options: Pick<LocalTransportOptions, "maxReceiveCount" | "visibilityTimeoutSeconds">,
   ) {
     const db = database.db;
-    this.insert = db.prepare<[{ queue: string; id: string; body: string; now: number }]>(
+    this.insert = prepare<[{ queue: string; id: string; body: string; now: number }]>(
+      db,
       "INSERT INTO messages (queue, id, body, sent_at, visible_at) VALUES (@queue, @id, @body, @now, @now)",
     );
-    this.anyReady = db.prepare<[string, number], { one: number }>(
+    this.anyReady = prepare<[string, number], { one: number }>(
+      db,
       "SELECT 1 AS one FROM messages WHERE queue = ? AND visible_at <= ? LIMIT 1",
     );
-    this.nextVisible = db.prepare<[string, number], { at: number | null }>(
+    this.nextVisible = prepare<[string, number], { at: number | null }>(
+      db,
       "SELECT MIN(visible_at) AS at FROM messages WHERE queue = ? AND visible_at > ?",
     );
-    this.selectReady = db.prepare<[string, number, number, number], MessageRow>(
+    this.selectReady = prepare<[string, number, number, number], MessageRow>(
+      db,
       "SELECT seq, id, body, receive_count FROM messages WHERE queue = ? AND visible_at <= ? AND seq > ? ORDER BY seq LIMIT ?",
     );
-    this.markReceived = db.prepare<[number, string, number]>(
+    this.markReceived = prepare<[number, string, number]>(
+      db,
       "UPDATE messages SET visible_at = ?, receipt = ?, receive_count = receive_count + 1 WHERE seq = ?",
     );
-    this.moveToDeadLetters = db.prepare<[{ seq: number; reason: string; now: number }]>(
+    this.moveToDeadLetters = prepare<[{ seq: number; reason: string; now: number }]>(
+      db,
       `INSERT INTO dead_letters (queue, id, body, receive_count, reason, sent_at, dead_at)
        SELECT queue, id, body, receive_count, @reason, sent_at, @now FROM messages WHERE seq = @seq`,
     );
-    this.deleteById = db.prepare<[number]>("DELETE FROM messages WHERE seq = ?");
-    this.selectByReceipt = db.prepare<[string, string], MessageRow>(
+    this.deleteById = prepare<[number]>(db, "DELETE FROM messages WHERE seq = ?");
+    this.selectByReceipt = prepare<[string, string], MessageRow>(
+      db,
       "SELECT seq, id, body, receive_count FROM messages WHERE queue = ? AND receipt = ?",
     );
-    this.deleteByReceipt = db.prepare<[string, string]>("DELETE FROM messages WHERE queue = ? AND receipt = ?");
-    this.setVisibility = db.prepare<[number, string, string]>(
+    this.deleteByReceipt = prepare<[string, string]>(db, "DELETE FROM messages WHERE queue = ? AND receipt = ?");
+    this.setVisibility = prepare<[number, string, string]>(
+      db,
       "UPDATE messages SET visible_at = ? WHERE queue = ? AND receipt = ?",
     );
-    this.releaseForRetry = db.prepare<[number, number]>(
+    this.releaseForRetry = prepare<[number, number]>(
+      db,
       "UPDATE messages SET visible_at = ?, receipt = NULL WHERE seq = ?",
     );
-    this.countDepth = db.prepare<[{ now: number; queue: string }], { visible: number | null; inFlight: number | null }>(
+    this.countDepth = prepare<[{ now: number; queue: string }], { visible: number | null; inFlight: number | null }>(
+      db,
       "SELECT SUM(visible_at <= @now) AS visible, SUM(visible_at > @now) AS inFlight FROM messages WHERE queue = @queue",
     );
-    this.selectDeadLetters = db.prepare<
+    this.selectDeadLetters = prepare<
       [string, number],
       { id: string; body: string; receive_count: number; reason: string }
-    >("SELECT id, body, receive_count, reason FROM dead_letters WHERE queue = ? ORDER BY seq LIMIT ?");
+    >(db, "SELECT id, body, receive_count, reason FROM dead_letters WHERE queue = ? ORDER BY seq LIMIT ?");
   }
 
   async send(body: string): Promise<string> {

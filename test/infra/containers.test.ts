@@ -84,8 +84,8 @@ describe.skipIf(!engine)("container images, built and run (podman or Docker)", (
       `for p in ${KEPT_OUT.join(" ")} node_modules/vitest node_modules/typescript node_modules/@biomejs node_modules/aws-cdk-lib; do test -e "$p" && echo "LEAKED $p"; done`,
       "find . -name '*.test.ts' -not -path './node_modules/*' | sed 's/^/LEAKED /'",
       "test -f bin/agentrl.mjs && test -f shared/config/containerEnv.ts && echo APP_OK",
-      // better-sqlite3 is compiled in the build (against the image's own node headers).
-      "node -e \"new (require('better-sqlite3'))(':memory:').exec('select 1'); console.log('SQLITE_OK')\"",
+      // The local transport's SQLite (libsql) loads its prebuilt binary for the image's platform.
+      "node -e \"new (require('libsql'))(':memory:').exec('select 1'); console.log('SQLITE_OK')\"",
       // runs/ and .agentrl/ start empty (nothing of the host's runs) and are the node user's to write.
       'test -z "$(ls -A runs)$(ls -A .agentrl)" && touch runs/probe .agentrl/probe && echo RUNS_EMPTY_WRITABLE',
       // TF.js only where a role runs a model (trainer, policy servers, sweep runner).
