@@ -232,9 +232,15 @@ describe("the README's command blocks", () => {
     320_000,
   );
 
-  it("Bring your own model: import, serve in the background, ask, stop, export", async () => {
-    for (const dir of ["/tmp/tiny-qwen2", "/tmp/tiny-ckpt", "/tmp/tiny-qwen2-out"])
-      rmSync(dir, { recursive: true, force: true });
+  it("Bring your own model: import, serve in the background, ask, stop, export", async (context) => {
+    // The README's own folders (and the checkpoint store's sibling for temp files): removed before
+    // (a run killed mid-way may have left them) and after.
+    const removeFolders = () => {
+      for (const dir of ["/tmp/tiny-qwen2", "/tmp/tiny-ckpt", "/tmp/tiny-ckpt.tmp", "/tmp/tiny-qwen2-out"])
+        rmSync(dir, { recursive: true, force: true });
+    };
+    removeFolders();
+    context.onTestFinished(removeFolders);
     const { output } = await paste(block("Bring your own model"), 300_000);
     expect(output).toMatch(/\{"event":"imported","from":"\/tmp\/tiny-qwen2","version":0,/);
     expect(output).toContain("serving policy v0 from folder /tmp/tiny-ckpt (pinned)");
