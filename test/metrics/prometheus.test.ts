@@ -128,11 +128,13 @@ describe.skipIf(!ready)("Prometheus /metrics", () => {
     const transport = await createTransport(config.transport);
     await importBase(transport.store("checkpoints"), BASE_CHECKPOINT_DIR, config.policy.backend);
     await transport.close();
+    const poolArgs = ["env", "pool", "--controller", controller.url, "--task", "example", "--min", "0", "--max", "1"];
     const [feeder, trainer, rollout, pool] = await Promise.all([
       cliRole(["feeder", ...set], env),
       cliRole(["trainer", ...set, "--metrics", join(runDir, "metrics.jsonl")], env),
       cliRole(["rollout", ...set, "--controller-url", controller.url, "--current-url", `${policyHttp.url}/v1`], env),
-      cliRole(["env", "pool", "--controller", controller.url, "--task", "example", "--min", "0", "--max", "1"], env),
+      // its state folder in the run, not the CLI's default under /tmp (which would outlive the test)
+      cliRole([...poolArgs, "--state-dir", join(runDir, "envpool")], env),
     ]);
     targets.set("feeder", feeder.url);
     targets.set("trainer", trainer.url);
