@@ -24,7 +24,10 @@ async function openStore(
     ]);
   const { LocalObjectStore } = await import("../../shared/transport/local.ts");
   if (dir && flag === "--from") assertCheckpointFolder(dir, flag);
-  if (dir) return { store: new LocalObjectStore(dir), close: async () => {} };
+  if (dir) {
+    const folder = new LocalObjectStore(dir);
+    return { store: folder, close: () => folder.removeEmptyTempDir() };
+  }
   const config = await configFromOptions(options);
   const { createTransport } = await import("../../shared/transport/index.ts");
   const transport = await createTransport(config.transport);

@@ -171,7 +171,9 @@ export function register(program: Command): void {
     let close = async () => {};
     let store: ObjectStore;
     if (options.out) {
-      store = new LocalObjectStore(options.out);
+      const folder = new LocalObjectStore(options.out);
+      store = folder;
+      close = () => folder.removeEmptyTempDir();
     } else {
       const { createTransport } = await import("../../shared/transport/index.ts");
       const transport = await createTransport(config.transport);

@@ -7,7 +7,7 @@
 import { randomUUID } from "node:crypto";
 import { EventEmitter } from "node:events";
 import { constants, type Dirent, type FSWatcher, mkdirSync, watch } from "node:fs";
-import { link, mkdir, open, readdir, readFile, rename, stat, unlink } from "node:fs/promises";
+import { link, mkdir, open, readdir, readFile, rename, rmdir, stat, unlink } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
 import Database from "libsql";
 import { ReceiptHandleError, TransportError } from "./errors.ts";
@@ -381,7 +381,9 @@ export class LocalQueue implements Queue {
 /**
  * Objects as files under one directory; a key `a/b/c` is the file `<dir>/a/b/c`. Writes go to a
  * temp file in a sibling folder, are fsynced, then renamed (put) or hard-linked (putIfAbsent) into
- * place, so a reader sees either nothing or a complete object, even if the writer is killed.
+ * place, so a reader sees either nothing or a complete object, even if the writer is killed. A
+ * command that owns the folder (`agentrl sft --out DIR`) calls `removeEmptyTempDir` when done, so
+ * only DIR is left.
  */
 export class LocalObjectStore implements ObjectStore {
   /** Temp files live beside, not inside, `dir`: they never show up in `list` and never clash with a key. */
@@ -422,6 +424,15 @@ export class LocalObjectStore implements ObjectStore {
       await handle.close();
     }
     return tmp;
+  }
+
+  /**
+   * Removes the temp folder if it is empty (a write under way keeps its file there, so it stays).
+   * For the folder's only writer, when it is done: a write in another process caught between
+   * making the folder and opening its file would fail.
+   */
+  async removeEmptyTempDir(): Promise<void> {
+    await rmdir(this.tmpDir).catch(() => {});
   }
 
   private async prepareParent(path: string, key: string): Promise<void> {

@@ -1,5 +1,6 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { once } from "node:events";
+import { readdirSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Hono } from "hono";
@@ -61,6 +62,7 @@ describe.skipIf(!hasNumpy)("serving an imported Hugging Face model in the vLLM d
     const imported = await agentrl(["policy", "import-hf", hf, "--out", join(work, "ckpt")]);
     expect(imported.stderr).toBe("");
     expect(imported.status).toBe(0);
+    expect(readdirSync(work).sort()).toEqual(["ckpt", "tiny-qwen2"]); // no temp folder left beside --out
     const cli = await serve(
       ["--pin", "--set", `policy.init=${join(work, "ckpt")}`, "--set", "policy.backend=wasm"],
       work,

@@ -254,6 +254,9 @@ describe("the README's command blocks", () => {
       () => "stopped",
     );
     expect(probe).toBe("stopped");
+    // the import left its folder and nothing beside it (the store's temp folder is removed when done)
+    expect(existsSync("/tmp/tiny-ckpt/policies/v0/manifest.json")).toBe(true);
+    expect(existsSync("/tmp/tiny-ckpt.tmp")).toBe(false);
     // the README's account of the export
     expect(readdirSync("/tmp/tiny-qwen2-out").sort()).toEqual([
       "config.json",

@@ -53,7 +53,8 @@ export function tinyConfig(
 
 /**
  * Writes the tiny model's warm-up checkpoint (a short `agentrl sft`) to `dir`, which must be a
- * folder inside a temp dir (the store stages writes in a sibling `<dir>.tmp`).
+ * folder inside a temp dir (the store stages writes in a sibling `<dir>.tmp`, which a killed
+ * `sft` leaves behind). Throws if a finished one left the sibling too.
  */
 export async function buildTinyBase(dir: string, timeoutMs = 230_000): Promise<void> {
   const sets = Object.entries(TINY_MODEL).flatMap(([k, v]) => ["--set", `policy.model.${k}=${v}`]);
@@ -61,6 +62,7 @@ export async function buildTinyBase(dir: string, timeoutMs = 230_000): Promise<v
     timeoutMs,
   });
   if (sft.status !== 0) throw new Error(`agentrl sft failed (${sft.status}): ${sft.stderr}`);
+  if (existsSync(`${dir}.tmp`)) throw new Error(`agentrl sft --out ${dir} left ${dir}.tmp behind`);
 }
 
 /** The JSON log lines of one role of the run in `runDir`. */

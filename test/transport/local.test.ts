@@ -1,6 +1,6 @@
 import { spawn } from "node:child_process";
-import { writeFileSync } from "node:fs";
-import { mkdir, readdir, utimes, writeFile } from "node:fs/promises";
+import { existsSync, writeFileSync } from "node:fs";
+import { mkdir, readdir, unlink, utimes, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
@@ -144,6 +144,20 @@ describe.concurrent("local transport specifics", () => {
     expect(await readdir(join(store.dir, "policies", "v1"))).toEqual(
       expect.arrayContaining(["manifest.json", "weights.bin"]),
     );
+  });
+
+  it("removes its emptied temp folder when asked, and keeps one a write is using", async () => {
+    const config = await target.freshConfig();
+    const store = new LocalObjectStore(join(config.localDir, "objects", "checkpoints"));
+    await store.put("policies/v0/manifest.json", "{}");
+    await writeFile(join(store.tmpDir, "live-writer.part"), "partial");
+    await store.removeEmptyTempDir();
+    expect(await readdir(store.tmpDir)).toEqual(["live-writer.part"]);
+    await unlink(join(store.tmpDir, "live-writer.part"));
+    await store.removeEmptyTempDir();
+    expect(existsSync(store.tmpDir)).toBe(false); // `agentrl sft --out DIR` leaves DIR alone
+    await store.put("policies/v1/manifest.json", "{}"); // and the next write makes it again
+    expect(await store.getText("policies/v1/manifest.json")).toBe("{}");
   });
 
   it("sweeps temp files that killed writers left behind long ago, and only those", async () => {
