@@ -153,6 +153,9 @@ export interface TaskProbe {
   readonly renamedWordTokens: number;
   readonly renamedWordLoss: number;
   readonly renamedWordConfidentShare: number;
+  /** The renamed words' first token (choosing the word) and the tokens after it (copying it on). */
+  readonly renamedFirstLoss: number;
+  readonly renamedRestLoss: number;
   readonly verdict: "copies" | "guesses";
   /** Greedy success on the first `n` test instances; null with --n 0. */
   readonly greedySuccess: number | null;
@@ -211,10 +214,33 @@ export function questionWords(messages: readonly ChatMessage[]): string[] {
 }
 
 /**
- * Positions of loss-masked (assistant) tokens that spell one of `words` (each given as its token
- * ids with and without a leading space: a word inside `SUM(stock)` is not tokenized as ` stock`),
- * outside `excluded` (the answer value's positions).
+ * Token spans [start, end) of loss-masked (assistant) tokens that spell one of `words` (each given
+ * as its token ids with and without a leading space: a word inside `SUM(stock)` is not tokenized
+ * as ` stock`), outside `excluded` (the answer value's positions). A span inside a longer one (the
+ * unspaced form within a spaced form that ends alike) is left out, so each spelt word is one span.
  */
+export function questionWordSpans(
+  tokens: readonly number[],
+  lossMask: ArrayLike<number>,
+  words: readonly (readonly number[])[],
+  excluded: (position: number) => boolean,
+): Array<readonly [number, number]> {
+  const spans: Array<readonly [number, number]> = [];
+  for (const ids of words) {
+    if (ids.length === 0) continue;
+    for (let i = 0; i + ids.length <= tokens.length; i++) {
+      let match = true;
+      for (let k = 0; k < ids.length && match; k++)
+        match = tokens[i + k] === ids[k] && lossMask[i + k] === 1 && !excluded(i + k);
+      if (match) spans.push([i, i + ids.length]);
+    }
+  }
+  const inside = (a: readonly [number, number], b: readonly [number, number]) =>
+    a !== b && b[0] <= a[0] && a[1] <= b[1] && b[1] - b[0] > a[1] - a[0];
+  return spans.filter((span) => !spans.some((other) => inside(span, other))).sort((a, b) => a[0] - b[0]);
+}
+
+/** The positions of `questionWordSpans`' tokens. */
 export function questionWordPositions(
   tokens: readonly number[],
   lossMask: ArrayLike<number>,
@@ -222,15 +248,8 @@ export function questionWordPositions(
   excluded: (position: number) => boolean,
 ): Set<number> {
   const found = new Set<number>();
-  for (const ids of words) {
-    if (ids.length === 0) continue;
-    for (let i = 0; i + ids.length <= tokens.length; i++) {
-      let match = true;
-      for (let k = 0; k < ids.length && match; k++)
-        match = tokens[i + k] === ids[k] && lossMask[i + k] === 1 && !excluded(i + k);
-      if (match) for (let k = 0; k < ids.length; k++) found.add(i + k);
-    }
-  }
+  for (const [start, end] of questionWordSpans(tokens, lossMask, words, excluded))
+    for (let i = start; i < end; i++) found.add(i);
   return found;
 }
 
@@ -423,6 +442,8 @@ async function lossesOf(folder: string, episodes: number) {
         renamedWordTokens: renamed.count,
         renamedWordLoss: renamed.nll / Math.max(1, renamed.count),
         renamedWordConfidentShare: renamed.confident / Math.max(1, renamed.count),
+        renamedFirstLoss: renamed.firstLoss,
+        renamedRestLoss: renamed.restLoss,
         verdict: verdictOf(valueLoss, otherLoss),
       });
     }
@@ -448,6 +469,17 @@ function renameVocabulary(task: TaskModule): Promise<{ frame: Set<string>; sylla
   return vocabulary;
 }
 
+/** The renamed words' loss: in all, and on each word's first token against the tokens after it. */
+interface RenamedWordLoss {
+  readonly nll: number;
+  readonly count: number;
+  readonly confident: number;
+  /** Mean loss of each spelt word's first token: which word of the question to spell. */
+  readonly firstLoss: number;
+  /** Mean loss of the tokens after it: once the word is chosen, only a lookup of the question predicts them. */
+  readonly restLoss: number;
+}
+
 /**
  * Loss on the renamed words of one question-renamed copy of each trace (question-variants.ts),
  * with the frame words and syllables taken from a larger seeded sample of the task's episodes.
@@ -457,10 +489,12 @@ async function renamedWordLoss(
   codec: ChatCodec,
   task: TaskModule,
   traces: readonly ExpertTrace[],
-): Promise<{ nll: number; count: number; confident: number }> {
+): Promise<RenamedWordLoss> {
   const { frame, syllables } = await renameVocabulary(task);
   const random = seededRandomFrom(SEED, "renamed", task.task.name);
-  const total = { nll: 0, count: 0, confident: 0 };
+  const all = { nll: 0, count: 0, confident: 0 };
+  const first = { nll: 0, count: 0 };
+  const rest = { nll: 0, count: 0 };
   for (const trace of traces) {
     const variant = questionVariant(trace.messages, frame, syllables, random);
     if (!variant) continue;
@@ -469,14 +503,25 @@ async function renamedWordLoss(
     const { tokens, lossMask } = codec.encodeConversation(variant, trace.tools);
     const logp = policy.logProbs([Int32Array.from(tokens)], 1)[0] as Float32Array;
     const words = fresh.flatMap((w) => [codec.encode(w), codec.encode(` ${w}`)]);
-    for (const i of questionWordPositions(tokens, lossMask, words, () => false)) {
-      const nll = -(logp[i] as number);
-      total.nll += nll;
-      total.count += 1;
-      if (nll < Math.log(2)) total.confident += 1;
-    }
+    const counted = new Set<number>();
+    for (const [start, end] of questionWordSpans(tokens, lossMask, words, () => false))
+      for (let i = start; i < end; i++) {
+        if (counted.has(i)) continue;
+        counted.add(i);
+        const nll = -(logp[i] as number);
+        all.nll += nll;
+        all.count += 1;
+        if (nll < Math.log(2)) all.confident += 1;
+        const part = i === start ? first : rest;
+        part.nll += nll;
+        part.count += 1;
+      }
   }
-  return total;
+  return {
+    ...all,
+    firstLoss: first.nll / Math.max(1, first.count),
+    restLoss: rest.nll / Math.max(1, rest.count),
+  };
 }
 
 /**
@@ -580,6 +625,7 @@ export function copyTable(probes: readonly CheckpointProbe[], options: { n: numb
       `${t} p > 0.5`,
       `${t} question-word loss (p > 0.5)`,
       `${t} renamed-word loss (p > 0.5)`,
+      `${t} renamed first / rest`,
       `${t} greedy %`,
     ]),
     "avg greedy %",
@@ -596,6 +642,7 @@ export function copyTable(probes: readonly CheckpointProbe[], options: { n: numb
       t.confidentShare.toFixed(2),
       `${t.questionWordLoss.toFixed(3)} (${t.questionWordConfidentShare.toFixed(2)})`,
       `${t.renamedWordLoss.toFixed(3)} (${t.renamedWordConfidentShare.toFixed(2)})`,
+      `${t.renamedFirstLoss.toFixed(2)} / ${t.renamedRestLoss.toFixed(2)}`,
       percent(t.greedySuccess),
     ]),
     percent(p.greedyAverage),
@@ -608,7 +655,9 @@ export function copyTable(probes: readonly CheckpointProbe[], options: { n: numb
     `${options.n} test instances per task${options.n === 0 ? " (skipped)" : ""}; "copies" when every task's value loss ` +
     `is within ${COPY_RATIO}x of its other tokens' loss and at most ln 2 (${COPY_MAX_LOSS.toFixed(3)}) nats. ` +
     `Question-word loss: the assistant tokens (among the other tokens) that spell a word of the task's question, ` +
-    `and the share of them with p > 0.5; not part of the verdict.`;
+    `and the share of them with p > 0.5; renamed-word loss: the same on question-renamed copies, where only ` +
+    `copying predicts the words; first / rest: a renamed word's first token (which word) and the tokens after it ` +
+    `(copying it on); not part of the verdict.`;
   return markdownTable(caption, head, rows);
 }
 

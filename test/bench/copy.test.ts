@@ -11,6 +11,7 @@ import {
   identifierTable,
   parseCopyArgs,
   questionWordPositions,
+  questionWordSpans,
   questionWords,
   TASKS,
   verdictOf,
@@ -63,6 +64,21 @@ describe("bench:copy", () => {
     expect([...found].sort((a, b) => a - b)).toEqual([3, 4, 6]);
     // a partial match is not a word
     expect(questionWordPositions([5, 7], [1, 1], [[5, 6]], () => false).size).toBe(0);
+    // one span per spelt word: the unspaced form [6, 7] inside the spaced form [4, 6, 7] is not a word of its own
+    expect(
+      questionWordSpans(
+        [1, 4, 6, 7, 2, 6, 7],
+        [0, 1, 1, 1, 1, 1, 1],
+        [
+          [6, 7],
+          [4, 6, 7],
+        ],
+        () => false,
+      ),
+    ).toEqual([
+      [1, 4],
+      [5, 7],
+    ]);
   });
 
   it("sums the clicked ids' loss in all and by position within the id, and prints it per checkpoint", () => {
@@ -160,6 +176,8 @@ describe("bench:copy", () => {
             "questionWordLoss",
             "questionWordTokens",
             "ratio",
+            "renamedFirstLoss",
+            "renamedRestLoss",
             "renamedWordConfidentShare",
             "renamedWordLoss",
             "renamedWordTokens",
@@ -179,6 +197,9 @@ describe("bench:copy", () => {
         // …and renamed to fresh words, the query or command spells the fresh ones.
         expect(task.renamedWordTokens).toBeGreaterThan(0);
         expect(task.renamedWordLoss).toBeGreaterThan(0);
+        // every renamed word has a first token; the words of these tasks are longer than one token
+        expect(task.renamedFirstLoss).toBeGreaterThan(0);
+        expect(task.renamedRestLoss).toBeGreaterThan(0);
         expect(task.verdict).toBe(verdictOf(task.valueLoss as number, task.otherLoss as number));
       }
       // The same seeded episodes for every checkpoint: the same folder twice gives the same losses.
@@ -207,7 +228,8 @@ describe("bench:copy", () => {
       expect(json.checkpoints[0]?.greedyAverage).toBeNull();
       expect(json.checkpoints[0]?.tasks.map((t) => t.greedySuccess)).toEqual([null, null]);
       expect(run.stdout).toMatch(/\| – \| – \| (copies|guesses) \|/);
-      expect(run.stdout).toMatch(/\| \d+\.\d{3} \(\d\.\d{2}\) \| – \|/);
+      // the renamed-word loss, its first token / the rest, then the skipped greedy column
+      expect(run.stdout).toMatch(/\| \d+\.\d{3} \(\d\.\d{2}\) \| \d+\.\d{2} \/ \d+\.\d{2} \| – \|/);
     }, 120_000);
 
     it("answers a bad command line with what was wrong and what is allowed, and exits 2", async () => {
