@@ -156,6 +156,8 @@ export interface TaskProbe {
   /** The renamed words' first token (choosing the word) and the tokens after it (copying it on). */
   readonly renamedFirstLoss: number;
   readonly renamedRestLoss: number;
+  /** Share of the renamed words spelt in an action with the same tokens as in the prompt (a lookup can copy those). */
+  readonly renamedSpeltAsAsked: number;
   readonly verdict: "copies" | "guesses";
   /** Greedy success on the first `n` test instances; null with --n 0. */
   readonly greedySuccess: number | null;
@@ -444,6 +446,7 @@ async function lossesOf(folder: string, episodes: number) {
         renamedWordConfidentShare: renamed.confident / Math.max(1, renamed.count),
         renamedFirstLoss: renamed.firstLoss,
         renamedRestLoss: renamed.restLoss,
+        renamedSpeltAsAsked: renamed.speltAsAsked,
         verdict: verdictOf(valueLoss, otherLoss),
       });
     }
@@ -478,6 +481,8 @@ interface RenamedWordLoss {
   readonly firstLoss: number;
   /** Mean loss of the tokens after it: once the word is chosen, only a lookup of the question predicts them. */
   readonly restLoss: number;
+  /** Share of the spelt words whose tokens occur as they are before the first assistant token (copyable by a lookup). */
+  readonly speltAsAsked: number;
 }
 
 /**
@@ -495,6 +500,7 @@ async function renamedWordLoss(
   const all = { nll: 0, count: 0, confident: 0 };
   const first = { nll: 0, count: 0 };
   const rest = { nll: 0, count: 0 };
+  const spelt = { words: 0, asAsked: 0 };
   for (const trace of traces) {
     const variant = questionVariant(trace.messages, frame, syllables, random);
     if (!variant) continue;
@@ -504,7 +510,10 @@ async function renamedWordLoss(
     const logp = policy.logProbs([Int32Array.from(tokens)], 1)[0] as Float32Array;
     const words = fresh.flatMap((w) => [codec.encode(w), codec.encode(` ${w}`)]);
     const counted = new Set<number>();
-    for (const [start, end] of questionWordSpans(tokens, lossMask, words, () => false))
+    const prompt = tokens.slice(0, Array.from(lossMask).indexOf(1));
+    for (const [start, end] of questionWordSpans(tokens, lossMask, words, () => false)) {
+      spelt.words += 1;
+      if (occursIn(prompt, tokens.slice(start, end))) spelt.asAsked += 1;
       for (let i = start; i < end; i++) {
         if (counted.has(i)) continue;
         counted.add(i);
@@ -516,12 +525,20 @@ async function renamedWordLoss(
         part.nll += nll;
         part.count += 1;
       }
+    }
   }
   return {
     ...all,
     firstLoss: first.nll / Math.max(1, first.count),
     restLoss: rest.nll / Math.max(1, rest.count),
+    speltAsAsked: spelt.asAsked / Math.max(1, spelt.words),
   };
+}
+
+/** Whether `part` occurs as a contiguous run in `tokens`. */
+export function occursIn(tokens: readonly number[], part: readonly number[]): boolean {
+  for (let i = 0; i + part.length <= tokens.length; i++) if (part.every((id, k) => tokens[i + k] === id)) return true;
+  return false;
 }
 
 /**

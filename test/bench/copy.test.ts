@@ -9,6 +9,7 @@ import {
   committedValue,
   identifierLoss,
   identifierTable,
+  occursIn,
   parseCopyArgs,
   questionWordPositions,
   questionWordSpans,
@@ -62,6 +63,8 @@ describe("bench:copy", () => {
     const mask = [0, 0, 1, 1, 1, 1, 1, 1, 1];
     const found = questionWordPositions(tokens, mask, [[5, 6], [9], []], (i) => i >= 8);
     expect([...found].sort((a, b) => a - b)).toEqual([3, 4, 6]);
+    expect(occursIn([1, 2, 3, 4], [2, 3])).toBe(true);
+    expect(occursIn([1, 2, 3, 4], [3, 2])).toBe(false);
     // a partial match is not a word
     expect(questionWordPositions([5, 7], [1, 1], [[5, 6]], () => false).size).toBe(0);
     // one span per spelt word: the unspaced form [6, 7] inside the spaced form [4, 6, 7] is not a word of its own
@@ -178,6 +181,7 @@ describe("bench:copy", () => {
             "ratio",
             "renamedFirstLoss",
             "renamedRestLoss",
+            "renamedSpeltAsAsked",
             "renamedWordConfidentShare",
             "renamedWordLoss",
             "renamedWordTokens",
@@ -200,6 +204,9 @@ describe("bench:copy", () => {
         // every renamed word has a first token; the words of these tasks are longer than one token
         expect(task.renamedFirstLoss).toBeGreaterThan(0);
         expect(task.renamedRestLoss).toBeGreaterThan(0);
+        // the variants rename the question and the actions alike: most spellings are the question's own
+        expect(task.renamedSpeltAsAsked).toBeGreaterThan(0.5);
+        expect(task.renamedSpeltAsAsked).toBeLessThanOrEqual(1);
         expect(task.verdict).toBe(verdictOf(task.valueLoss as number, task.otherLoss as number));
       }
       // The same seeded episodes for every checkpoint: the same folder twice gives the same losses.
