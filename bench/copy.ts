@@ -204,8 +204,18 @@ export function answerStart(
 ): number {
   if (valueIds.length === 0) return -1;
   for (let i = tokens.length - valueIds.length; i >= 0; i--)
-    if (lossMask[i] === 1 && valueIds.every((id, k) => tokens[i + k] === id)) return i;
+    if (lossMask[i] === 1 && matchesAt(tokens, i, valueIds)) return i;
   return -1;
+}
+
+/** Whether `part` sits in `tokens` at `at`, every position of it passing `keep`. */
+function matchesAt(
+  tokens: readonly number[],
+  at: number,
+  part: readonly number[],
+  keep: (position: number) => boolean = () => true,
+): boolean {
+  return at + part.length <= tokens.length && part.every((id, k) => tokens[at + k] === id && keep(at + k));
 }
 
 /** The words of a task's question (its first user message): runs of letters, digits and `_`, 3 characters or more. */
@@ -230,12 +240,8 @@ export function questionWordSpans(
   const spans: Array<readonly [number, number]> = [];
   for (const ids of words) {
     if (ids.length === 0) continue;
-    for (let i = 0; i + ids.length <= tokens.length; i++) {
-      let match = true;
-      for (let k = 0; k < ids.length && match; k++)
-        match = tokens[i + k] === ids[k] && lossMask[i + k] === 1 && !excluded(i + k);
-      if (match) spans.push([i, i + ids.length]);
-    }
+    for (let i = 0; i + ids.length <= tokens.length; i++)
+      if (matchesAt(tokens, i, ids, (at) => lossMask[at] === 1 && !excluded(at))) spans.push([i, i + ids.length]);
   }
   const inside = (a: readonly [number, number], b: readonly [number, number]) =>
     a !== b && b[0] <= a[0] && a[1] <= b[1] && b[1] - b[0] > a[1] - a[0];
@@ -537,7 +543,7 @@ async function renamedWordLoss(
 
 /** Whether `part` occurs as a contiguous run in `tokens`. */
 export function occursIn(tokens: readonly number[], part: readonly number[]): boolean {
-  for (let i = 0; i + part.length <= tokens.length; i++) if (part.every((id, k) => tokens[i + k] === id)) return true;
+  for (let i = 0; i + part.length <= tokens.length; i++) if (matchesAt(tokens, i, part)) return true;
   return false;
 }
 
