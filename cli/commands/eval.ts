@@ -32,6 +32,7 @@ interface EvalOptions {
   temperature: number;
   topP: number;
   samples: number;
+  transcripts: boolean;
   config?: string;
   set?: string[];
 }
@@ -76,6 +77,11 @@ export function register(program: Command): void {
         "episodes per instance (needs --temperature > 0); adds pass@k and the share of instances whose samples disagree",
         intOption("--samples", 1),
         1,
+      )
+      .option(
+        "--transcripts",
+        "also write eval-<policy>.transcripts.jsonl: every episode's conversation, one JSON line each with its success",
+        false,
       )
       .option("--controller <url>", "use a running controller instead of starting one with the tasks' workers")
       .option(
@@ -166,6 +172,7 @@ export function register(program: Command): void {
             maxTokensPerTurn: config.rollout.maxTokensPerTurn,
             concurrency: options.concurrency,
             outDir,
+            transcripts: options.transcripts,
             log,
           }),
         );

@@ -1,7 +1,7 @@
 import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { loadTaskModule } from "../../env-images/registry.ts";
-import { type EvalTask, evaluate } from "../../functions/evaluator/evaluate.ts";
+import { type EpisodeTranscript, type EvalTask, episodeSuccess, evaluate } from "../../functions/evaluator/evaluate.ts";
 import { ValidationError } from "../../shared/errors.ts";
 import type { Logger } from "../../shared/log.ts";
 import type { EvalReport } from "../../shared/protocol/metrics.ts";
@@ -104,12 +104,15 @@ export interface EvalRunOptions {
   readonly sampling?: EvalSampling;
   /** Writes `<outDir>/<fileStem>.json` and `.md`. */
   readonly outDir: string;
+  /** Also writes `<outDir>/<fileStem>.transcripts.jsonl`: every episode's conversation. @default false */
+  readonly transcripts?: boolean;
   readonly log?: Logger;
   readonly signal?: AbortSignal;
 }
 
 /** Evaluates one policy, writes its table as JSON and Markdown, and returns the report. */
 export async function runEval(options: EvalRunOptions): Promise<EvalReport> {
+  const transcripts: EpisodeTranscript[] = [];
   const report = await evaluate({
     controllerUrl: options.controllerUrl,
     policy: {
@@ -124,11 +127,27 @@ export async function runEval(options: EvalRunOptions): Promise<EvalReport> {
     concurrency: options.concurrency,
     maxTokensPerTurn: options.maxTokensPerTurn,
     ...(options.sampling ?? {}),
+    ...(options.transcripts ? { onTranscript: (t: EpisodeTranscript) => transcripts.push(t) } : {}),
     ...(options.log ? { log: options.log } : {}),
     ...(options.signal ? { signal: options.signal } : {}),
   });
   const stem = options.fileStem ?? evalFileStem(options.label);
   await writeFile(join(options.outDir, `${stem}.json`), `${JSON.stringify(report, null, 2)}\n`);
   await writeFile(join(options.outDir, `${stem}.md`), `${evalReportMarkdown([report])}\n`);
+  if (options.transcripts)
+    await writeFile(join(options.outDir, `${stem}.transcripts.jsonl`), transcriptLines(transcripts));
   return report;
+}
+
+/**
+ * One JSON line per episode, in the report's order (task, instance, sample), each with its
+ * success as the report scores it, so `grep '"success":0'` finds the failures to read.
+ */
+export function transcriptLines(transcripts: readonly EpisodeTranscript[]): string {
+  return [...transcripts]
+    .sort((a, b) => a.task.localeCompare(b.task) || a.index - b.index || a.sample - b.sample)
+    .map(
+      ({ messages, ...outcome }) => `${JSON.stringify({ ...outcome, success: episodeSuccess(outcome), messages })}\n`,
+    )
+    .join("");
 }

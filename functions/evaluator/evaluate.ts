@@ -46,6 +46,8 @@ export interface EvalOptions {
    * held for a while by sessions another process left behind until they expire. @default 300000
    */
   readonly capacityWaitMs?: number;
+  /** Called with every scored episode's whole conversation (`agentrl eval --transcripts`). */
+  readonly onTranscript?: (transcript: EpisodeTranscript) => void;
   readonly log?: Logger;
   readonly signal?: AbortSignal;
 }
@@ -64,6 +66,11 @@ export interface EpisodeOutcome {
   readonly turns: number;
 }
 
+/** One scored episode with its conversation: the task's prompt, each reply and each observation. */
+export interface EpisodeTranscript extends EpisodeOutcome {
+  readonly messages: readonly ChatMessage[];
+}
+
 /**
  * Plays one evaluation episode at the message level: works with any OpenAI-compatible policy,
  * needs no token ids. A prompt the policy rejects as too long ends the episode as
@@ -79,7 +86,7 @@ export async function playEpisode(
     /** Sampling seed. @default index */
     seed?: number;
   },
-): Promise<Omit<EpisodeOutcome, "sample">> {
+): Promise<Omit<EpisodeTranscript, "sample">> {
   const sample = await env.startSample(task, index, { signal: options.signal });
   const messages: ChatMessage[] = [...sample.messages];
   let status = sample.status;
@@ -122,7 +129,7 @@ export async function playEpisode(
   } finally {
     if (!finish) await env.cancel(sample.sessionId).catch(() => {});
   }
-  return { task, index, status, reward, turns };
+  return { task, index, status, reward, turns, messages };
 }
 
 /**
@@ -160,8 +167,12 @@ export async function evaluate(options: EvalOptions): Promise<EvalReport> {
         try {
           // Seeds are distinct per (instance, sample) and equal the index when there is one sample.
           const seed = job.index * samples + job.sample;
-          const outcome = await playEpisode(env, policy, endpoint, job.task, job.index, { ...options, seed });
+          const { messages, ...outcome } = await playEpisode(env, policy, endpoint, job.task, job.index, {
+            ...options,
+            seed,
+          });
           outcomes.push({ ...outcome, sample: job.sample });
+          options.onTranscript?.({ ...outcome, sample: job.sample, messages });
           break;
         } catch (error) {
           if (options.signal?.aborted) throw error;

@@ -1,4 +1,8 @@
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { runEval } from "../../cli/launch/eval.ts";
 import { exampleExpert, exampleRandom, exampleTask } from "../../env-images/example/index.ts";
 import { type RunningController, startController } from "../../functions/controller/controller.ts";
 import { evaluate, summarize } from "../../functions/evaluator/evaluate.ts";
@@ -78,6 +82,54 @@ describe("evaluate", () => {
       expect(worker.sessionCount).toBe(0);
     } finally {
       await policy.server.close();
+    }
+  });
+
+  it("writes every episode's conversation beside the report with --transcripts, in the report's order", async () => {
+    const policy = await scriptedPolicyServer(exampleRandom);
+    const outDir = mkdtempSync(join(tmpdir(), "agentrl-eval-transcripts-"));
+    try {
+      const common = {
+        controllerUrl: controller.url,
+        policyUrl: `${policy.server.url}/v1`,
+        split: "test" as const,
+        tasks: [{ name: "example", indices: indices.slice(0, 6) }],
+        maxTokensPerTurn: 64,
+        concurrency: 4,
+        outDir,
+      };
+      const report = await runEval({ ...common, label: "random", transcripts: true });
+      await runEval({ ...common, label: "plain" });
+      expect(readdirSync(outDir).sort()).toEqual([
+        "eval-plain.json",
+        "eval-plain.md",
+        "eval-random.json",
+        "eval-random.md",
+        "eval-random.transcripts.jsonl",
+      ]);
+      const lines = readFileSync(join(outDir, "eval-random.transcripts.jsonl"), "utf8").trimEnd().split("\n");
+      const episodes = lines.map(
+        (line) =>
+          JSON.parse(line) as {
+            task: string;
+            index: number;
+            success: number;
+            turns: number;
+            messages: { role: string }[];
+          },
+      );
+      expect(episodes.map((e) => [e.task, e.index, e.success])).toEqual(
+        report.outcomes?.map((o) => [o.task, o.index, o.success]),
+      );
+      for (const episode of episodes) {
+        // The task's opening messages, then each reply followed by what the environment answered.
+        expect(episode.messages.filter((m) => m.role === "assistant")).toHaveLength(episode.turns);
+        expect(episode.messages[0]?.role).not.toBe("assistant");
+      }
+      expect(episodes.every((e) => e.turns >= 1)).toBe(true);
+    } finally {
+      await policy.server.close();
+      rmSync(outDir, { recursive: true, force: true });
     }
   });
 
