@@ -158,6 +158,14 @@ export interface TaskProbe {
   readonly renamedRestLoss: number;
   /** Share of the renamed words spelt in an action with the same tokens as in the prompt (a lookup can copy those). */
   readonly renamedSpeltAsAsked: number;
+  /**
+   * The question's numbers an action spells (a threshold, a value to set or insert: drawn per
+   * instance, so only copying predicts them), their first token (which number, and its first
+   * digit) and the tokens after it; null where no action spelt one.
+   */
+  readonly questionNumberTokens: number;
+  readonly questionNumberFirstLoss: number | null;
+  readonly questionNumberRestLoss: number | null;
   readonly verdict: "copies" | "guesses";
   /** Greedy success on the first `n` test instances; null with --n 0. */
   readonly greedySuccess: number | null;
@@ -223,6 +231,13 @@ export function questionWords(messages: readonly ChatMessage[]): string[] {
   const first = messages.find((m) => m.role === "user");
   const text = first && typeof first.content === "string" ? first.content : "";
   return [...new Set(text.match(/[A-Za-z0-9_]{3,}/g) ?? [])];
+}
+
+/** The numbers of two digits or more in a task's question (its first user message), as written. */
+export function questionNumbers(messages: readonly ChatMessage[]): string[] {
+  const first = messages.find((m) => m.role === "user");
+  const text = first && typeof first.content === "string" ? first.content : "";
+  return [...new Set(text.match(/(?<![A-Za-z0-9_])[1-9][0-9]+(?![A-Za-z0-9_])/g) ?? [])];
 }
 
 /**
@@ -406,6 +421,8 @@ async function lossesOf(folder: string, episodes: number) {
       const value = { nll: 0, count: 0, confident: 0 };
       const other = { nll: 0, count: 0 };
       const question = { nll: 0, count: 0, confident: 0 };
+      const numberFirst = { nll: 0, count: 0 };
+      const numberRest = { nll: 0, count: 0 };
       const renamed = await renamedWordLoss(policy, codec, task, traces);
       for (const trace of traces) {
         const { tokens, lossMask } = codec.encodeConversation(trace.messages, trace.tools);
@@ -416,6 +433,13 @@ async function lossesOf(folder: string, episodes: number) {
         const inValue = (i: number) => start >= 0 && i >= start && i < start + valueIds.length;
         const words = questionWords(trace.messages).flatMap((w) => [codec.encode(w), codec.encode(` ${w}`)]);
         const fromQuestion = questionWordPositions(tokens, lossMask, words, inValue);
+        const numbers = questionNumbers(trace.messages).flatMap((w) => [codec.encode(w), codec.encode(` ${w}`)]);
+        for (const [begin, end] of questionWordSpans(tokens, lossMask, numbers, inValue))
+          for (let i = begin; i < end; i++) {
+            const part = i === begin ? numberFirst : numberRest;
+            part.nll -= logp[i] as number;
+            part.count += 1;
+          }
         for (let i = 0; i < tokens.length; i++) {
           if (lossMask[i] !== 1) continue;
           const nll = -(logp[i] as number);
@@ -453,6 +477,9 @@ async function lossesOf(folder: string, episodes: number) {
         renamedFirstLoss: renamed.firstLoss,
         renamedRestLoss: renamed.restLoss,
         renamedSpeltAsAsked: renamed.speltAsAsked,
+        questionNumberTokens: numberFirst.count + numberRest.count,
+        questionNumberFirstLoss: numberFirst.count ? numberFirst.nll / numberFirst.count : null,
+        questionNumberRestLoss: numberRest.count ? numberRest.nll / numberRest.count : null,
         verdict: verdictOf(valueLoss, otherLoss),
       });
     }
@@ -649,6 +676,7 @@ export function copyTable(probes: readonly CheckpointProbe[], options: { n: numb
       `${t} question-word loss (p > 0.5)`,
       `${t} renamed-word loss (p > 0.5)`,
       `${t} renamed first / rest`,
+      `${t} question numbers first / rest`,
       `${t} greedy %`,
     ]),
     "avg greedy %",
@@ -666,6 +694,7 @@ export function copyTable(probes: readonly CheckpointProbe[], options: { n: numb
       `${t.questionWordLoss.toFixed(3)} (${t.questionWordConfidentShare.toFixed(2)})`,
       `${t.renamedWordLoss.toFixed(3)} (${t.renamedWordConfidentShare.toFixed(2)})`,
       `${t.renamedFirstLoss.toFixed(2)} / ${t.renamedRestLoss.toFixed(2)}`,
+      `${t.questionNumberFirstLoss?.toFixed(2) ?? "–"} / ${t.questionNumberRestLoss?.toFixed(2) ?? "–"}`,
       percent(t.greedySuccess),
     ]),
     percent(p.greedyAverage),
@@ -680,7 +709,8 @@ export function copyTable(probes: readonly CheckpointProbe[], options: { n: numb
     `Question-word loss: the assistant tokens (among the other tokens) that spell a word of the task's question, ` +
     `and the share of them with p > 0.5; renamed-word loss: the same on question-renamed copies, where only ` +
     `copying predicts the words; first / rest: a renamed word's first token (which word) and the tokens after it ` +
-    `(copying it on); not part of the verdict.`;
+    `(copying it on); question numbers first / rest: the same for the question's numbers an action spells (drawn ` +
+    `per instance, so only copying predicts them); not part of the verdict.`;
   return markdownTable(caption, head, rows);
 }
 

@@ -11,6 +11,7 @@ import {
   identifierTable,
   occursIn,
   parseCopyArgs,
+  questionNumbers,
   questionWordPositions,
   questionWordSpans,
   questionWords,
@@ -58,6 +59,12 @@ describe("bench:copy", () => {
         { role: "user", content: "What is the total stock of 'garden' products? The headers are name, stock." },
       ]),
     ).toEqual(["What", "the", "total", "stock", "garden", "products", "The", "headers", "are", "name"]);
+    // numbers of two digits or more, whole: not a digit of a word, not one digit, not a leading zero
+    expect(
+      questionNumbers([
+        { role: "user", content: "Add a book with year 1951, pages 80 and id b52; set 7 to 0457 or 1951." },
+      ]),
+    ).toEqual(["1951", "80"]);
     // word A = [5, 6] (in context), word B = [9]; prompt tokens (mask 0) and the answer value (8..) do not count
     const tokens = [5, 6, 1, 5, 6, 2, 9, 3, 9];
     const mask = [0, 0, 1, 1, 1, 1, 1, 1, 1];
@@ -128,7 +135,7 @@ describe("bench:copy", () => {
     }, 240_000);
 
     it("prints one table row per checkpoint with each task's columns, and one JSON line with every field", async () => {
-      const run = await copyProbe([base, base, "--n", "1", "--episodes", "2", "--json"]);
+      const run = await copyProbe([base, base, "--n", "1", "--episodes", "6", "--json"]);
       expect(run.status, run.stderr).toBe(0);
       const lines = run.stdout.trimEnd().split("\n");
       const table = lines.filter((line) => line.startsWith("|"));
@@ -161,7 +168,7 @@ describe("bench:copy", () => {
           tasks: Array<Record<string, unknown>>;
         }>;
       };
-      expect(json).toMatchObject({ bench: "copy", n: 1, episodes: 2 });
+      expect(json).toMatchObject({ bench: "copy", n: 1, episodes: 6 });
       expect(json.checkpoints).toHaveLength(2);
       const probe = json.checkpoints[0];
       expect(probe).toMatchObject({ folder: base, version: 0, model: { dModel: 32, parameters: 34_912 } });
@@ -175,6 +182,9 @@ describe("bench:copy", () => {
             "greedySuccess",
             "otherLoss",
             "otherTokens",
+            "questionNumberFirstLoss",
+            "questionNumberRestLoss",
+            "questionNumberTokens",
             "questionWordConfidentShare",
             "questionWordLoss",
             "questionWordTokens",
@@ -208,7 +218,12 @@ describe("bench:copy", () => {
         expect(task.renamedSpeltAsAsked).toBeGreaterThan(0.5);
         expect(task.renamedSpeltAsAsked).toBeLessThanOrEqual(1);
         expect(task.verdict).toBe(verdictOf(task.valueLoss as number, task.otherLoss as number));
+        // a question number an action spells has a first token; none spelt leaves both losses null
+        if ((task.questionNumberTokens as number) > 0) expect(task.questionNumberFirstLoss).toBeGreaterThan(0);
+        else expect([task.questionNumberFirstLoss, task.questionNumberRestLoss]).toEqual([null, null]);
       }
+      // one of db's six seeded episodes spells a number its question gives
+      expect(probe?.tasks[0]?.questionNumberTokens).toBeGreaterThan(0);
       // The same seeded episodes for every checkpoint: the same folder twice gives the same losses.
       expect(json.checkpoints[1]?.tasks).toEqual(probe?.tasks);
     }, 180_000);
@@ -236,7 +251,9 @@ describe("bench:copy", () => {
       expect(json.checkpoints[0]?.tasks.map((t) => t.greedySuccess)).toEqual([null, null]);
       expect(run.stdout).toMatch(/\| – \| – \| (copies|guesses) \|/);
       // the renamed-word loss, its first token / the rest, then the skipped greedy column
-      expect(run.stdout).toMatch(/\| \d+\.\d{3} \(\d\.\d{2}\) \| \d+\.\d{2} \/ \d+\.\d{2} \| – \|/);
+      expect(run.stdout).toMatch(
+        /\| \d+\.\d{3} \(\d\.\d{2}\) \| \d+\.\d{2} \/ \d+\.\d{2} \| (– \/ –|\d+\.\d{2} \/ \d+\.\d{2}) \| – \|/,
+      );
     }, 120_000);
 
     it("answers a bad command line with what was wrong and what is allowed, and exits 2", async () => {
