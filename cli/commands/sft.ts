@@ -24,6 +24,7 @@ interface SftCliOptions {
   idVariants: number;
   idCrops: number;
   copyDrills: number;
+  recallDrills: number;
   blindShare: number;
   proseShare: number;
   dataParallel: number;
@@ -102,6 +103,12 @@ export function register(program: Command): void {
         "--copy-drills <n>",
         "extra synthetic sequences per step: a random string of letters and digits, a newline and the string again, loss on the repeat (builds copying)",
         intOption("--copy-drills", 0),
+        0,
+      )
+      .option(
+        "--recall-drills <n>",
+        "extra synthetic sequences per step: a few `key is value` pairs and one key asked again, loss on its value (builds choosing what to copy)",
+        intOption("--recall-drills", 0),
         0,
       )
       .option(
@@ -201,6 +208,7 @@ export function register(program: Command): void {
         identifierVariants: options.idVariants,
         identifierCrops: options.idCrops,
         copyDrills: options.copyDrills,
+        recallDrills: options.recallDrills,
         blindShare: options.blindShare,
         proseShare: options.proseShare,
         dataParallel: options.dataParallel,

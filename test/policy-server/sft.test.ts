@@ -11,7 +11,7 @@ import { initBackend } from "../../shared/model/index.ts";
 import type { ChatMessage } from "../../shared/protocol/openai.ts";
 import { seededRandom } from "../../shared/rl/random.ts";
 import { LocalObjectStore } from "../../shared/transport/local.ts";
-import { copyDrill } from "../../trainer-image/sft/copy-drills.ts";
+import { copyDrill, RECALL_PAIRS, recallDrill } from "../../trainer-image/sft/copy-drills.ts";
 import {
   blindTrace,
   collectExpertTraces,
@@ -269,6 +269,38 @@ describe("sft warm-up", () => {
     expect(drilled.losses).not.toEqual(plain.losses);
     const recipe = JSON.parse((await new LocalObjectStore(join(dir, "drills")).getText("sft/v0.json")) ?? "{}");
     expect(recipe).toMatchObject({ copyDrills: 3 });
+  });
+
+  it("adds recall drills: a few key-value pairs, one key asked again, the loss on its whole value", async () => {
+    const { traces } = await collectExpertTraces([example], 3, 11);
+    const codec = ChatCodec.train(traces, 400);
+    const random = seededRandom(4);
+    let numbers = 0;
+    for (let i = 0; i < 40; i++) {
+      const { tokens, weights, key, value } = recallDrill(codec, random);
+      expect(weights).toHaveLength(tokens.length);
+      const start = weights.indexOf(1);
+      const [listing, ask] = codec.decode([...tokens.slice(0, start)]).split("\n");
+      const pairs = (listing ?? "").split(", ").map((pair) => pair.split(" "));
+      expect(pairs.length).toBeGreaterThanOrEqual(RECALL_PAIRS.min);
+      expect(pairs.length).toBeLessThanOrEqual(RECALL_PAIRS.max);
+      expect(new Set(pairs.map(([k]) => k)).size).toBe(pairs.length);
+      // the asked key is listed once, with the value the loss is on
+      expect(pairs.filter(([k]) => k === key).map(([, , v]) => v)).toEqual([value]);
+      expect(ask).toMatch(new RegExp(`^${key} (:|=|->|>)$`));
+      expect(codec.decode([...tokens.slice(start)])).toBe(` ${value}`);
+      expect([...weights.slice(start)].every((w) => w === 1)).toBe(true);
+      expect([...weights.slice(0, start)].every((w) => w === 0)).toBe(true);
+      expect(value).toMatch(/^([A-Za-z]{3,10}|[1-9][0-9]{0,4})$/);
+      if (/^[0-9]/.test(value)) numbers += 1;
+    }
+    expect(numbers).toBeGreaterThan(5);
+    expect(numbers).toBeLessThan(35);
+    const plain = await run("recall-plain", 5, { steps: 2 });
+    const drilled = await run("recall", 5, { steps: 2, recallDrills: 3 });
+    expect(drilled.losses).not.toEqual(plain.losses);
+    const recipe = JSON.parse((await new LocalObjectStore(join(dir, "recall")).getText("sft/v0.json")) ?? "{}");
+    expect(recipe).toMatchObject({ recallDrills: 3, copyDrills: 0 });
   });
 
   it("makes a blind trace: the opening messages, then the expert's final turn with no tool call before it", async () => {

@@ -25,3 +25,58 @@ export function copyDrill(codec: ChatCodec, random: () => number): { tokens: Int
   weights.fill(1, first.length);
   return { tokens: Int32Array.from([...first, ...repeat]), weights };
 }
+
+/**
+ * Recall drills: which span to copy, where a copy drill teaches how to go on copying one. A db
+ * policy with the lookup in place still misspells the first token of what it copies from the
+ * question (`salary > 8655` written `salary > 1655`: the tokens after the first follow the
+ * question, the first follows the data's prior), because its choice of span is matched by
+ * content, not by a fixed distance. A drill lists a few `key is value` pairs, then asks one key
+ * again, the loss on its value's tokens (the first included): only finding the key and copying
+ * what follows it predicts them. Values are numbers or letter words, each after a space, as a
+ * question's numbers and names are; the listing's and the question's separators differ, as a
+ * question's words differ from a query's.
+ */
+const LOWER = "abcdefghijklmnopqrstuvwxyz";
+const LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+/** Pairs a recall drill lists. */
+export const RECALL_PAIRS = { min: 2, max: 6 } as const;
+const LIST_SEPARATORS = ["is", "=", ":", "of"] as const;
+const ASK_SEPARATORS = [":", "=", "->", ">"] as const;
+
+function draw(random: () => number, characters: string, min: number, max: number): string {
+  const length = min + Math.floor(random() * (max - min + 1));
+  return Array.from({ length }, () => characters[Math.floor(random() * characters.length)]).join("");
+}
+
+function pick<T>(random: () => number, items: readonly T[]): T {
+  return items[Math.floor(random() * items.length)] as T;
+}
+
+/** A number of one to five digits, its first not zero, or a word of three to ten letters. */
+function recallValue(random: () => number): string {
+  if (random() < 0.5) return draw(random, LETTERS, 3, 10);
+  return `${1 + Math.floor(random() * 9)}${draw(random, "0123456789", 0, 4)}`;
+}
+
+/** One recall drill: `k1 is v1, k2 is v2, …\nkj: vj`, weight 1 on the asked value's tokens. */
+export function recallDrill(
+  codec: ChatCodec,
+  random: () => number,
+): { tokens: Int32Array; weights: Float32Array; key: string; value: string } {
+  const pairs = RECALL_PAIRS.min + Math.floor(random() * (RECALL_PAIRS.max - RECALL_PAIRS.min + 1));
+  const keys = new Set<string>();
+  while (keys.size < pairs) keys.add(draw(random, LOWER, 3, 6));
+  const entries = [...keys].map((key) => ({ key, value: recallValue(random) }));
+  const listed = pick(random, LIST_SEPARATORS);
+  const asked = pick(random, entries);
+  const prefix = [
+    ...codec.encode(
+      `${entries.map((e) => `${e.key} ${listed} ${e.value}`).join(", ")}\n${asked.key} ${pick(random, ASK_SEPARATORS)}`,
+    ),
+  ];
+  const answer = codec.encode(` ${asked.value}`);
+  const weights = new Float32Array(prefix.length + answer.length);
+  weights.fill(1, prefix.length);
+  return { tokens: Int32Array.from([...prefix, ...answer]), weights, key: asked.key, value: asked.value };
+}

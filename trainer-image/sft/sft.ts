@@ -25,7 +25,7 @@ import {
   syllablesOf,
   type WordResample,
 } from "./answer-variants.ts";
-import { copyDrill } from "./copy-drills.ts";
+import { copyDrill, recallDrill } from "./copy-drills.ts";
 import { copiedIdentifiers, identifierSpans, identifierVariant, sharedPrefix } from "./id-variants.ts";
 import nllShardLoss, { type NllInput } from "./nllShard.ts";
 import { frameWordsByTask, questionVariant, questionWordsInActions, type RenameOptions } from "./question-variants.ts";
@@ -107,6 +107,11 @@ export interface SftOptions {
    * and the string again, the loss on the repeat (see copy-drills.ts). @default 0
    */
   readonly copyDrills?: number;
+  /**
+   * Extra synthetic sequences per step, each a few `key is value` pairs and one key asked again,
+   * the loss on its value: choosing which span to copy (see copy-drills.ts). @default 0
+   */
+  readonly recallDrills?: number;
   /**
    * Extra short sequences per step, each the last 128 tokens of a trace (or variant) with a
    * copied answer, with the loss on the answer turn only: many copy examples per step for little
@@ -330,6 +335,7 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
     const lossBefore = maskedLoss(await parallel.logProbs(sampleSequences, 1, "policy"), sampleMasks);
     const random = seededRandomFrom(seed, "sft-batches");
     const drillRandom = seededRandomFrom(seed, "copy-drills");
+    const recallRandom = seededRandomFrom(seed, "recall-drills");
     const losses: number[] = [];
     let trainedTokens = 0;
     const trainStart = Date.now();
@@ -344,6 +350,7 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
         ...Array.from({ length: answerCrops }, () => crops[Math.floor(random() * crops.length)]!),
         ...Array.from({ length: identifierCrops }, () => idCrops[Math.floor(random() * idCrops.length)]!),
         ...Array.from({ length: options.copyDrills ?? 0 }, () => copyDrill(codec, drillRandom)),
+        ...Array.from({ length: options.recallDrills ?? 0 }, () => recallDrill(codec, recallRandom)),
       ];
       const batch = [...rows.map((r) => sequences[r] as Int32Array), ...cropRows.map((c) => c.tokens)];
       const batchWeights = [...rows.map((r) => trainWeights[r] as Float32Array), ...cropRows.map((c) => c.weights)];
@@ -395,6 +402,7 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
           answerCrops,
           identifierCrops,
           copyDrills: options.copyDrills ?? 0,
+          recallDrills: options.recallDrills ?? 0,
           dataParallel: options.dataParallel ?? 1,
           variants: variants.length,
           questionVariants: renamed.length,
