@@ -25,6 +25,7 @@ interface SftCliOptions {
   idCrops: number;
   copyDrills: number;
   recallDrills: number;
+  pathDrills: number;
   blindShare: number;
   proseShare: number;
   dataParallel: number;
@@ -109,6 +110,12 @@ export function register(program: Command): void {
         "--recall-drills <n>",
         "extra synthetic sequences per step: a few `key is value` pairs and one key asked again, loss on its value (builds choosing what to copy)",
         intOption("--recall-drills", 0),
+        0,
+      )
+      .option(
+        "--path-drills <n>",
+        "extra synthetic sequences per step: a path whose words recur (/a/b/a.c), a newline and the path again, loss on the repeat (builds copying past a recurring token)",
+        intOption("--path-drills", 0),
         0,
       )
       .option(
@@ -209,6 +216,7 @@ export function register(program: Command): void {
         identifierCrops: options.idCrops,
         copyDrills: options.copyDrills,
         recallDrills: options.recallDrills,
+        pathDrills: options.pathDrills,
         blindShare: options.blindShare,
         proseShare: options.proseShare,
         dataParallel: options.dataParallel,

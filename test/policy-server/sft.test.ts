@@ -11,7 +11,7 @@ import { initBackend } from "../../shared/model/index.ts";
 import type { ChatMessage } from "../../shared/protocol/openai.ts";
 import { seededRandom } from "../../shared/rl/random.ts";
 import { LocalObjectStore } from "../../shared/transport/local.ts";
-import { copyDrill, RECALL_PAIRS, recallDrill } from "../../trainer-image/sft/copy-drills.ts";
+import { copyDrill, pathDrill, RECALL_PAIRS, recallDrill } from "../../trainer-image/sft/copy-drills.ts";
 import {
   blindTrace,
   collectExpertTraces,
@@ -301,6 +301,30 @@ describe("sft warm-up", () => {
     expect(drilled.losses).not.toEqual(plain.losses);
     const recipe = JSON.parse((await new LocalObjectStore(join(dir, "recall")).getText("sft/v0.json")) ?? "{}");
     expect(recipe).toMatchObject({ recallDrills: 3, copyDrills: 0 });
+  });
+
+  it("adds path drills: a path whose words recur, a newline and the path again, the loss on the repeat", async () => {
+    const { traces } = await collectExpertTraces([example], 3, 11);
+    const codec = ChatCodec.train(traces, 400);
+    const random = seededRandom(5);
+    for (let i = 0; i < 30; i++) {
+      const { tokens, weights } = pathDrill(codec, random);
+      const start = weights.indexOf(1);
+      const [path, repeat] = codec.decode([...tokens]).split("\n");
+      expect(path).toMatch(/^(\/[a-z]{2,7}){3,}(\.[a-z]{2,7})?$/);
+      expect(repeat).toBe(path);
+      // more segments than words: some word recurs
+      const words = (path ?? "").split(/[/.]/).filter(Boolean);
+      expect(new Set(words).size).toBeLessThan(words.length);
+      expect(codec.decode([...tokens.slice(start)])).toBe(path);
+      expect([...weights.slice(start)].every((w) => w === 1)).toBe(true);
+      expect([...weights.slice(0, start)].every((w) => w === 0)).toBe(true);
+    }
+    const plain = await run("paths-plain", 5, { steps: 2 });
+    const drilled = await run("paths", 5, { steps: 2, pathDrills: 3 });
+    expect(drilled.losses).not.toEqual(plain.losses);
+    const recipe = JSON.parse((await new LocalObjectStore(join(dir, "paths")).getText("sft/v0.json")) ?? "{}");
+    expect(recipe).toMatchObject({ pathDrills: 3, recallDrills: 0, copyDrills: 0 });
   });
 
   it("makes a blind trace: the opening messages, then the expert's final turn with no tool call before it", async () => {

@@ -80,3 +80,24 @@ export function recallDrill(
   weights.fill(1, prefix.length);
   return { tokens: Int32Array.from([...prefix, ...answer]), weights, key: asked.key, value: asked.value };
 }
+
+/**
+ * Path drills: copying on where one token is followed by different tokens at its occurrences. An
+ * os policy that copies `/etc/sshd/sshd.conf` writes `/etc/sshd/sshd/sshd.conf`: after the second
+ * `sshd` its lookup takes what followed the first. A drill is a path of a few segments drawn from
+ * fewer words (so a word recurs, each time followed by something else), a newline and the path
+ * again, the loss on the repeat: only keeping track of which occurrence is being copied predicts it.
+ */
+export function pathDrill(codec: ChatCodec, random: () => number): { tokens: Int32Array; weights: Float32Array } {
+  const words = new Set<string>();
+  const wordCount = 2 + Math.floor(random() * 2);
+  while (words.size < wordCount) words.add(draw(random, LOWER, 2, 7));
+  const pool = [...words];
+  const segments = Array.from({ length: wordCount + 1 + Math.floor(random() * 3) }, () => pick(random, pool));
+  const path = `/${segments.join("/")}${random() < 0.5 ? `.${pick(random, pool)}` : ""}`;
+  const first = [...codec.encode(`${path}\n`)];
+  const repeat = codec.encode(path);
+  const weights = new Float32Array(first.length + repeat.length);
+  weights.fill(1, first.length);
+  return { tokens: Int32Array.from([...first, ...repeat]), weights };
+}

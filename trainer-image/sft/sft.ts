@@ -25,7 +25,7 @@ import {
   syllablesOf,
   type WordResample,
 } from "./answer-variants.ts";
-import { copyDrill, recallDrill } from "./copy-drills.ts";
+import { copyDrill, pathDrill, recallDrill } from "./copy-drills.ts";
 import { copiedIdentifiers, identifierSpans, identifierVariant, sharedPrefix } from "./id-variants.ts";
 import nllShardLoss, { type NllInput } from "./nllShard.ts";
 import { frameWordsByTask, questionVariant, questionWordsInActions, type RenameOptions } from "./question-variants.ts";
@@ -112,6 +112,11 @@ export interface SftOptions {
    * the loss on its value: choosing which span to copy (see copy-drills.ts). @default 0
    */
   readonly recallDrills?: number;
+  /**
+   * Extra synthetic sequences per step, each a path whose words recur (`/a/b/a.c`), a newline and
+   * the path again, the loss on the repeat: copying on past a recurring token (see copy-drills.ts). @default 0
+   */
+  readonly pathDrills?: number;
   /**
    * Extra short sequences per step, each the last 128 tokens of a trace (or variant) with a
    * copied answer, with the loss on the answer turn only: many copy examples per step for little
@@ -336,6 +341,7 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
     const random = seededRandomFrom(seed, "sft-batches");
     const drillRandom = seededRandomFrom(seed, "copy-drills");
     const recallRandom = seededRandomFrom(seed, "recall-drills");
+    const pathRandom = seededRandomFrom(seed, "path-drills");
     const losses: number[] = [];
     let trainedTokens = 0;
     const trainStart = Date.now();
@@ -351,6 +357,7 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
         ...Array.from({ length: identifierCrops }, () => idCrops[Math.floor(random() * idCrops.length)]!),
         ...Array.from({ length: options.copyDrills ?? 0 }, () => copyDrill(codec, drillRandom)),
         ...Array.from({ length: options.recallDrills ?? 0 }, () => recallDrill(codec, recallRandom)),
+        ...Array.from({ length: options.pathDrills ?? 0 }, () => pathDrill(codec, pathRandom)),
       ];
       const batch = [...rows.map((r) => sequences[r] as Int32Array), ...cropRows.map((c) => c.tokens)];
       const batchWeights = [...rows.map((r) => trainWeights[r] as Float32Array), ...cropRows.map((c) => c.weights)];
@@ -403,6 +410,7 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
           identifierCrops,
           copyDrills: options.copyDrills ?? 0,
           recallDrills: options.recallDrills ?? 0,
+          pathDrills: options.pathDrills ?? 0,
           dataParallel: options.dataParallel ?? 1,
           variants: variants.length,
           questionVariants: renamed.length,
