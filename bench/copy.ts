@@ -26,6 +26,10 @@
  * the task around it.
  *
  *   npm run bench:copy -- <checkpoint folder> [...] --n 0 --ids
+ *
+ * `--drills` adds the loss on seeded synthetic drills (copy-drills.ts), each scored span's first
+ * token apart from the tokens after it: copy drills (going on copying), recall drills (choosing
+ * which span to copy: a question's number or word), path drills (copying past a recurring token).
  */
 import { existsSync, readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
@@ -50,7 +54,7 @@ import { seededRandomFrom } from "../shared/rl/random.ts";
 import { LocalObjectStore } from "../shared/transport/local.ts";
 import { servePolicy } from "../trainer-image/policy-server/serve.ts";
 import { type Syllables, syllablesOf } from "../trainer-image/sft/answer-variants.ts";
-import { copyDrill } from "../trainer-image/sft/copy-drills.ts";
+import { copyDrill, pathDrill, recallDrill } from "../trainer-image/sft/copy-drills.ts";
 import { copiedIdentifiers, identifierSpans } from "../trainer-image/sft/id-variants.ts";
 import { frameWordsByTask, questionVariant, questionWordsInActions } from "../trainer-image/sft/question-variants.ts";
 import { collectExpertTraces, type ExpertTrace } from "../trainer-image/sft/sft.ts";
@@ -72,11 +76,12 @@ export const CopyArgs = z.object({
   episodes: z.number().int().min(1, "must be at least 1").max(10_000, "must be at most 10000"),
   json: z.boolean(),
   ids: z.boolean(),
+  drills: z.boolean(),
 });
 export type CopyArgs = z.infer<typeof CopyArgs>;
 
 const USAGE =
-  "usage: npm run bench:copy -- <checkpoint folder> [<folder> ...] [--n N (test instances per task, 0 skips the evaluation; default 100)] [--episodes E (expert episodes per task; default 40)] [--ids (webshop's clicked ids too)] [--json]";
+  "usage: npm run bench:copy -- <checkpoint folder> [<folder> ...] [--n N (test instances per task, 0 skips the evaluation; default 100)] [--episodes E (expert episodes per task; default 40)] [--ids (webshop's clicked ids too)] [--drills (loss on seeded copy, recall and path drills)] [--json]";
 
 /** A command line the probe cannot run, with what was wrong and what is allowed. */
 export class CopyArgsError extends Error {
@@ -103,6 +108,7 @@ export async function parseCopyArgs(argv: readonly string[]): Promise<CopyArgs> 
     episodes: integer("--episodes", parsed.values.episodes, 40),
     json: parsed.values.json ?? false,
     ids: parsed.values.ids ?? false,
+    drills: parsed.values.drills ?? false,
   });
   if (!result.success) {
     const issue = result.error.issues[0];
@@ -129,6 +135,7 @@ function parseRaw(argv: readonly string[]) {
       episodes: { type: "string" },
       json: { type: "boolean" },
       ids: { type: "boolean" },
+      drills: { type: "boolean" },
     },
   });
 }
@@ -392,6 +399,102 @@ export function identifierTable(
     `over the id's 34 characters costs ln 34 = ${Math.log(34).toFixed(2)} per character. Drill loss: per token of ` +
     `${DRILLS} copy drills (a random string of letters and digits, a newline, the string again) after the repeat's ` +
     `first token; a guess over 62 characters costs ln 62 = ${Math.log(62).toFixed(2)}.`;
+  return markdownTable(caption, head, rows);
+}
+
+/** Drills of each kind the `--drills` table scores, drawn from a fixed seed: the same for every checkpoint. */
+const DRILL_SAMPLE = 64;
+
+/** Loss on one kind of drill: the scored span's first token, the tokens after it, and (recall) a number value's first token. */
+export interface DrillLoss {
+  readonly drills: number;
+  readonly firstLoss: number;
+  readonly restLoss: number;
+  /** Recall drills whose asked value is a number: its first token's loss (a guessed first digit costs ln 10). */
+  readonly numberFirstLoss: number | null;
+}
+
+export interface DrillProbe {
+  /** A random string, a newline, the string again: going on copying (the lookup). */
+  readonly copy: DrillLoss;
+  /** Key-value pairs and one key asked again: choosing which span to copy. */
+  readonly recall: DrillLoss;
+  /** A path whose words recur, repeated: copying on past a recurring token. */
+  readonly path: DrillLoss;
+}
+
+/** A checkpoint's loss on seeded copy, recall and path drills (copy-drills.ts). */
+export async function probeDrills(folder: string): Promise<DrillProbe> {
+  const { policy, tokenizerJson } = await loadCheckpoint(new LocalObjectStore(folder), "newest");
+  const codec = ChatCodec.fromTokenizerJson(JSON.parse(tokenizerJson));
+  try {
+    const score = (
+      kind: string,
+      make: (random: () => number) => { tokens: Int32Array; weights: Float32Array; value?: string },
+    ): DrillLoss => {
+      const random = seededRandomFrom(SEED, "drill-probe", kind);
+      const drills = Array.from({ length: DRILL_SAMPLE }, () => make(random));
+      const logps = policy.logProbs(
+        drills.map((d) => d.tokens),
+        1,
+      );
+      const first = { nll: 0, count: 0 };
+      const rest = { nll: 0, count: 0 };
+      const numberFirst = { nll: 0, count: 0 };
+      drills.forEach((drill, row) => {
+        const logp = logps[row] as Float32Array;
+        const start = drill.weights.indexOf(1);
+        first.nll -= logp[start] as number;
+        first.count += 1;
+        if (drill.value !== undefined && /^[0-9]/.test(drill.value)) {
+          numberFirst.nll -= logp[start] as number;
+          numberFirst.count += 1;
+        }
+        for (let i = start + 1; i < drill.tokens.length; i++) {
+          rest.nll -= logp[i] as number;
+          rest.count += 1;
+        }
+      });
+      return {
+        drills: drills.length,
+        firstLoss: first.nll / first.count,
+        restLoss: rest.nll / Math.max(1, rest.count),
+        numberFirstLoss: numberFirst.count ? numberFirst.nll / numberFirst.count : null,
+      };
+    };
+    return {
+      copy: score("copy", (random) => copyDrill(codec, random)),
+      recall: score("recall", (random) => recallDrill(codec, random)),
+      path: score("path", (random) => pathDrill(codec, random)),
+    };
+  } finally {
+    policy.dispose();
+  }
+}
+
+/** The drill probes side by side: one row per checkpoint. */
+export function drillTable(probes: ReadonlyArray<{ folder: string; version: number } & DrillProbe>): string {
+  const head = [
+    "checkpoint",
+    "copy drills first / rest",
+    "recall drills first / rest",
+    "recall: a number's first token",
+    "path drills first / rest",
+  ];
+  const pair = (d: DrillLoss) => `${d.firstLoss.toFixed(2)} / ${d.restLoss.toFixed(2)}`;
+  const rows = probes.map((p) => [
+    `${p.folder} (v${p.version})`,
+    pair(p.copy),
+    pair(p.recall),
+    p.recall.numberFirstLoss?.toFixed(2) ?? "–",
+    pair(p.path),
+  ]);
+  const caption =
+    `Drills: loss per token (nats) on ${DRILL_SAMPLE} seeded drills of each kind (copy-drills.ts), the scored span's ` +
+    `first token and the tokens after it. Copy: a random string, a newline, the string again (the rest: the lookup). ` +
+    `Recall: a few key-value pairs and one key asked again (the first token: choosing which value; a guessed first ` +
+    `digit costs ln 10 = ${Math.LN10.toFixed(2)}). Path: a path whose words recur, repeated (the rest: copying on past ` +
+    `a recurring token).`;
   return markdownTable(caption, head, rows);
 }
 
@@ -742,9 +845,14 @@ async function main(): Promise<void> {
         ...(await probeIdentifiers(probe.folder, args.episodes)),
       });
   if (args.ids) process.stdout.write(`\n${identifierTable(ids, args.episodes)}\n`);
+  const drills = [];
+  if (args.drills)
+    for (const probe of probes)
+      drills.push({ folder: probe.folder, version: probe.version, ...(await probeDrills(probe.folder)) });
+  if (args.drills) process.stdout.write(`\n${drillTable(drills)}\n`);
   if (args.json)
     process.stdout.write(
-      `${JSON.stringify({ bench: "copy", n: args.n, episodes: args.episodes, seed: SEED, checkpoints: probes, ...(args.ids ? { identifiers: ids } : {}) })}\n`,
+      `${JSON.stringify({ bench: "copy", n: args.n, episodes: args.episodes, seed: SEED, checkpoints: probes, ...(args.ids ? { identifiers: ids } : {}), ...(args.drills ? { drills } : {}) })}\n`,
     );
 }
 

@@ -229,12 +229,30 @@ describe("bench:copy", () => {
     }, 180_000);
 
     it("skips the evaluation with --n 0 (bench:answer-loss)", async () => {
-      const run = await copyProbe([base, "--n", "0", "--episodes", "1", "--json", "--ids"]);
+      const run = await copyProbe([base, "--n", "0", "--episodes", "1", "--json", "--ids", "--drills"]);
       expect(run.status, run.stderr).toBe(0);
+      type Drill = { drills: number; firstLoss: number; restLoss: number; numberFirstLoss: number | null };
       const json = JSON.parse(run.stdout.trimEnd().split("\n").at(-1) ?? "") as {
         checkpoints: Array<{ greedyAverage: number | null; tasks: Array<{ greedySuccess: number | null }> }>;
         identifiers: Array<{ folder: string; ids: { tokens: number }; drills: { tokens: number } }>;
+        drills: Array<{ folder: string; version: number; copy: Drill; recall: Drill; path: Drill }>;
       };
+      // --drills: copy, recall and path drills, first token apart from the rest
+      expect(run.stdout).toContain(
+        "| checkpoint | copy drills first / rest | recall drills first / rest | recall: a number's first token | path drills first / rest |",
+      );
+      expect(json.drills).toHaveLength(1);
+      const drills = json.drills[0];
+      expect(drills).toMatchObject({ folder: base, version: 0 });
+      for (const kind of [drills?.copy, drills?.recall, drills?.path]) {
+        expect(kind?.drills).toBe(64);
+        // two training steps leave the tiny model near a guess over its 400 tokens (ln 400 = 5.99)
+        expect(kind?.firstLoss).toBeGreaterThan(4);
+        expect(kind?.restLoss).toBeGreaterThan(4);
+      }
+      // about half the recall drills ask a number; the others have none
+      expect(drills?.recall.numberFirstLoss).toBeGreaterThan(4);
+      expect([drills?.copy.numberFirstLoss, drills?.path.numberFirstLoss]).toEqual([null, null]);
       // --ids: the clicked-id table after the copy table, and its figures in the JSON line
       expect(run.stdout).toContain("| checkpoint | id tokens | loss | p > 0.5 |");
       expect(json.identifiers).toEqual([
@@ -276,7 +294,14 @@ describe("bench:copy", () => {
         expect((error as Error).message).toMatch(message);
         expect((error as Error).message).toContain("usage: npm run bench:copy --");
       }
-      expect(await parseCopyArgs([base])).toEqual({ folders: [base], n: 100, episodes: 40, json: false, ids: false });
+      expect(await parseCopyArgs([base])).toEqual({
+        folders: [base],
+        n: 100,
+        episodes: 40,
+        json: false,
+        ids: false,
+        drills: false,
+      });
       // The command itself: the message on stderr, nothing on stdout, exit 2.
       const run = await copyProbe([empty]);
       expect(run.status, run.stderr).toBe(2);
