@@ -9,7 +9,7 @@ import { LocalObjectStore } from "../../shared/transport/local.ts";
 /** Every checkpoint committed under trainer-image/ (a folder with policies/). */
 const BASES = readdirSync("trainer-image").filter((name) => existsSync(join("trainer-image", name, "policies")));
 /** The learning bases, whose sft/ holds every stage's record (stage1.json, stage2.json, …, v0.json for the last). */
-const STAGED = ["copy-base", "shop-base", "lookup-base"];
+const STAGED = ["copy-base", "shop-base", "lookup-base", "recall-base"];
 
 function stageRecipes(base: string): string[] {
   const folder = join("trainer-image", base, "sft");
