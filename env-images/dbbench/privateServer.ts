@@ -1,5 +1,6 @@
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { createConnection } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { AgentRlError } from "../../shared/errors.ts";
@@ -71,6 +72,21 @@ export const NO_SERVER_MESSAGE =
   "the dbbench tasks need a MySQL-compatible server: set AGENTRL_MYSQL_URL (e.g. mysql://root:pw@127.0.0.1:3306/ for Docker's mysql:8) " +
   "or install MariaDB so a private server can start (Debian: apt-get install mariadb-server)";
 
+/**
+ * Whether a server accepts connections on the Unix socket at `path`. The socket file appears before
+ * the server listens on it: a client connecting in between is refused (ECONNREFUSED).
+ */
+export function acceptsConnections(path: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    const probe = createConnection({ path });
+    probe.once("connect", () => {
+      probe.destroy();
+      resolve(true);
+    });
+    probe.once("error", () => resolve(false));
+  });
+}
+
 /** Starts a private server and waits until it accepts connections on its socket. */
 export async function startPrivateServer(options: { readonly timeoutMs?: number } = {}): Promise<PrivateServer> {
   const server = findBinary(["mariadbd", "mysqld"]);
@@ -130,7 +146,7 @@ export async function startPrivateServer(options: { readonly timeoutMs?: number 
   // Leave no server behind on a normal exit; SIGKILL of the worker is the sweep's case.
   process.once("exit", stop);
   const deadline = Date.now() + (options.timeoutMs ?? 60_000);
-  while (!existsSync(socket)) {
+  while (!(existsSync(socket) && (await acceptsConnections(socket)))) {
     if (exited || Date.now() > deadline) {
       const log = readFileOr(join(dataDir, "error.log")).split("\n").slice(-5).join("\n");
       stop();
