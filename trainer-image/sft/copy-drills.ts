@@ -19,6 +19,11 @@ export const DRILL_CHARACTERS = { min: 8, max: 32 } as const;
 export function copyDrill(codec: ChatCodec, random: () => number): { tokens: Int32Array; weights: Float32Array } {
   const length = DRILL_CHARACTERS.min + Math.floor(random() * (DRILL_CHARACTERS.max - DRILL_CHARACTERS.min + 1));
   const text = Array.from({ length }, () => CHARACTERS[Math.floor(random() * CHARACTERS.length)]).join("");
+  return repeated(codec, text);
+}
+
+/** `<text>\n<text>` in the codec's tokens, weight 1 on the repeat's tokens. */
+function repeated(codec: ChatCodec, text: string): { tokens: Int32Array; weights: Float32Array } {
   const first = [...codec.encode(`${text}\n`)];
   const repeat = codec.encode(text);
   const weights = new Float32Array(first.length + repeat.length);
@@ -94,10 +99,5 @@ export function pathDrill(codec: ChatCodec, random: () => number): { tokens: Int
   while (words.size < wordCount) words.add(draw(random, LOWER, 2, 7));
   const pool = [...words];
   const segments = Array.from({ length: wordCount + 1 + Math.floor(random() * 3) }, () => pick(random, pool));
-  const path = `/${segments.join("/")}${random() < 0.5 ? `.${pick(random, pool)}` : ""}`;
-  const first = [...codec.encode(`${path}\n`)];
-  const repeat = codec.encode(path);
-  const weights = new Float32Array(first.length + repeat.length);
-  weights.fill(1, first.length);
-  return { tokens: Int32Array.from([...first, ...repeat]), weights };
+  return repeated(codec, `/${segments.join("/")}${random() < 0.5 ? `.${pick(random, pool)}` : ""}`);
 }
