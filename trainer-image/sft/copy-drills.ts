@@ -15,20 +15,34 @@ const CHARACTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01234567
 /** Length range of a drill's string, in characters. */
 export const DRILL_CHARACTERS = { min: 8, max: 32 } as const;
 
-/** One drill: `<s>\n<s>` in the codec's tokens, weight 1 on the second `<s>`'s tokens. */
-export function copyDrill(codec: ChatCodec, random: () => number): { tokens: Int32Array; weights: Float32Array } {
-  const length = DRILL_CHARACTERS.min + Math.floor(random() * (DRILL_CHARACTERS.max - DRILL_CHARACTERS.min + 1));
-  const text = Array.from({ length }, () => CHARACTERS[Math.floor(random() * CHARACTERS.length)]).join("");
-  return repeated(codec, text);
+/** A string of `min` to `max` characters drawn from `characters`. */
+function draw(random: () => number, characters: string, min: number, max: number): string {
+  const length = min + Math.floor(random() * (max - min + 1));
+  return Array.from({ length }, () => characters[Math.floor(random() * characters.length)]).join("");
 }
 
-/** `<text>\n<text>` in the codec's tokens, weight 1 on the repeat's tokens. */
+/** One of `items`. */
+function pick<T>(random: () => number, items: readonly T[]): T {
+  return items[Math.floor(random() * items.length)] as T;
+}
+
+/** One drill: `<s>\n<s>` in the codec's tokens, weight 1 on the second `<s>`'s tokens. */
+export function copyDrill(codec: ChatCodec, random: () => number): { tokens: Int32Array; weights: Float32Array } {
+  return repeated(codec, draw(random, CHARACTERS, DRILL_CHARACTERS.min, DRILL_CHARACTERS.max));
+}
+
+/** `context` then `target` in the codec's tokens (encoded apart), weight 1 on the target's tokens. */
+function scored(codec: ChatCodec, context: string, target: string): { tokens: Int32Array; weights: Float32Array } {
+  const before = codec.encode(context);
+  const after = codec.encode(target);
+  const weights = new Float32Array(before.length + after.length);
+  weights.fill(1, before.length);
+  return { tokens: Int32Array.from([...before, ...after]), weights };
+}
+
+/** `<text>\n<text>`, weight 1 on the repeat's tokens. */
 function repeated(codec: ChatCodec, text: string): { tokens: Int32Array; weights: Float32Array } {
-  const first = [...codec.encode(`${text}\n`)];
-  const repeat = codec.encode(text);
-  const weights = new Float32Array(first.length + repeat.length);
-  weights.fill(1, first.length);
-  return { tokens: Int32Array.from([...first, ...repeat]), weights };
+  return scored(codec, `${text}\n`, text);
 }
 
 /**
@@ -49,15 +63,6 @@ export const RECALL_PAIRS = { min: 2, max: 6 } as const;
 const LIST_SEPARATORS = ["is", "=", ":", "of"] as const;
 const ASK_SEPARATORS = [":", "=", "->", ">"] as const;
 
-function draw(random: () => number, characters: string, min: number, max: number): string {
-  const length = min + Math.floor(random() * (max - min + 1));
-  return Array.from({ length }, () => characters[Math.floor(random() * characters.length)]).join("");
-}
-
-function pick<T>(random: () => number, items: readonly T[]): T {
-  return items[Math.floor(random() * items.length)] as T;
-}
-
 /** A number of one to five digits, its first not zero, or a word of three to ten letters. */
 function recallValue(random: () => number): string {
   if (random() < 0.5) return draw(random, LETTERS, 3, 10);
@@ -75,15 +80,9 @@ export function recallDrill(
   const entries = [...keys].map((key) => ({ key, value: recallValue(random) }));
   const listed = pick(random, LIST_SEPARATORS);
   const asked = pick(random, entries);
-  const prefix = [
-    ...codec.encode(
-      `${entries.map((e) => `${e.key} ${listed} ${e.value}`).join(", ")}\n${asked.key} ${pick(random, ASK_SEPARATORS)}`,
-    ),
-  ];
-  const answer = codec.encode(` ${asked.value}`);
-  const weights = new Float32Array(prefix.length + answer.length);
-  weights.fill(1, prefix.length);
-  return { tokens: Int32Array.from([...prefix, ...answer]), weights, key: asked.key, value: asked.value };
+  const listing = entries.map((e) => `${e.key} ${listed} ${e.value}`).join(", ");
+  const drill = scored(codec, `${listing}\n${asked.key} ${pick(random, ASK_SEPARATORS)}`, ` ${asked.value}`);
+  return { ...drill, key: asked.key, value: asked.value };
 }
 
 /**
