@@ -236,6 +236,7 @@ export async function runPipeline(options: PipelineOptions): Promise<PipelineRes
         config.tasks.mix.map((t) => t.name),
         log,
       );
+    await transport.tidy(); // every role has stopped: no write is under way
     await transport.close();
   }
   const records = await readMetrics(join(runDir, "metrics.jsonl"));

@@ -666,6 +666,9 @@ export class AwsTransport implements Transport {
     }
   }
 
+  /** Nothing to tidy: S3 writes leave no temporaries. */
+  async tidy(): Promise<void> {}
+
   async close(): Promise<void> {
     this.sqs.destroy();
     this.s3.destroy();

@@ -382,8 +382,8 @@ export class LocalQueue implements Queue {
  * Objects as files under one directory; a key `a/b/c` is the file `<dir>/a/b/c`. Writes go to a
  * temp file in a sibling folder, are fsynced, then renamed (put) or hard-linked (putIfAbsent) into
  * place, so a reader sees either nothing or a complete object, even if the writer is killed. A
- * command that owns the folder (`agentrl sft --out DIR`) calls `removeEmptyTempDir` when done, so
- * only DIR is left.
+ * command that owns the folder (`agentrl sft --out DIR`; a run, through `LocalTransport.tidy`) calls
+ * `removeEmptyTempDir` when done, so only DIR is left.
  */
 export class LocalObjectStore implements ObjectStore {
   /** Temp files live beside, not inside, `dir`: they never show up in `list` and never clash with a key. */
@@ -575,6 +575,12 @@ export class LocalTransport implements Transport {
       this.stores.set(name, store);
     }
     return store;
+  }
+
+  async tidy(): Promise<void> {
+    for (const name of ["trajectories", "checkpoints"] as const) {
+      await (this.store(name) as LocalObjectStore).removeEmptyTempDir();
+    }
   }
 
   async close(): Promise<void> {

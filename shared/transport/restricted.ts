@@ -57,6 +57,8 @@ export function restrictTransport(
   return {
     queue: (name) => new RestrictedQueue(inner.queue(name), access.queues[name] ?? [], refuse),
     store: (name) => new RestrictedStore(inner.store(name), name, access, refuse),
+    // Only the run's owner tidies, after every role has stopped; no role does.
+    tidy: async () => refuse("tidy", "stores"),
     close: () => inner.close(),
   };
 }

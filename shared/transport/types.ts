@@ -101,5 +101,10 @@ export interface Transport {
   queue(name: QueueName): Queue;
   /** `trajectories` or `checkpoints`. */
   store(name: StoreName): ObjectStore;
+  /**
+   * Removes what writes leave behind once done (the local stores' empty temp folders). Only for
+   * the run's owner after every writer has stopped: another process may be mid-write otherwise.
+   */
+  tidy(): Promise<void>;
   close(): Promise<void>;
 }

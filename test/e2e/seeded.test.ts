@@ -86,6 +86,8 @@ async function run(
     readFileSync(join(runDir, "logs", "rollout-0.log"), "utf8").split(
       "infrastructure failure; retrying with a fresh session",
     ).length - 1;
+  // The run tidied its stores: no temp folder beside them.
+  expect(readdirSync(join(runDir, "transport", "objects")).sort()).toEqual(["checkpoints", "trajectories"]);
   const objects = join(runDir, "transport", "objects", "checkpoints", "policies");
   const weights = Array.from({ length: STEPS + 1 }, (_, v) =>
     createHash("sha256")

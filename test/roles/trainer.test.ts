@@ -250,6 +250,7 @@ function recording(transport: Transport, events: string[]): Transport {
         },
       });
     },
+    tidy: () => transport.tidy(),
     close: () => transport.close(),
   };
 }

@@ -103,7 +103,12 @@ describe("gateway keys", () => {
     expect(() => readSecrets({ AGENTRL_GATEWAY_ADMIN_KEY: "short" })).toThrow(/AGENTRL_GATEWAY_ADMIN_KEY/);
     expect(() => readSecrets({ AGENTRL_GATEWAY_ADMIN_KEY: "short" })).not.toThrow(/short/);
     const store = new MemoryObjectStore();
-    const transport = { store: () => store, queue: () => undefined, close: async () => {} } as unknown as Transport;
+    const transport = {
+      store: () => store,
+      queue: () => undefined,
+      tidy: async () => {},
+      close: async () => {},
+    } as unknown as Transport;
     await expect(startGateway(parseConfig({}), transport, { current: "http://127.0.0.1:1/v1" }, {})).rejects.toThrow(
       GatewayStartError,
     );

@@ -160,6 +160,29 @@ describe.concurrent("local transport specifics", () => {
     expect(await store.getText("policies/v1/manifest.json")).toBe("{}");
   });
 
+  it("tidy leaves only the stores' folders once the writers are done, including stores this process never opened", async () => {
+    const config = await target.freshConfig();
+    const writer = new LocalTransport(config); // another role's connection
+    const owner = new LocalTransport(config);
+    try {
+      await writer.store("trajectories").put("trajectories/a.json", "{}");
+      await writer.store("checkpoints").put("policies/v0/manifest.json", "{}");
+      const objects = join(config.localDir, "objects");
+      expect((await readdir(objects)).sort()).toEqual([
+        "checkpoints",
+        "checkpoints.tmp",
+        "trajectories",
+        "trajectories.tmp",
+      ]);
+      await owner.tidy();
+      expect((await readdir(objects)).sort()).toEqual(["checkpoints", "trajectories"]);
+      expect(await owner.store("trajectories").getText("trajectories/a.json")).toBe("{}");
+    } finally {
+      await writer.close();
+      await owner.close();
+    }
+  });
+
   it("sweeps temp files that killed writers left behind long ago, and only those", async () => {
     const config = await target.freshConfig();
     const store = new LocalObjectStore(join(config.localDir, "objects", "trajectories"));

@@ -27,8 +27,9 @@ describe("a role's Transport view restricted to its row of the role-access table
       );
       await expect(feeder.store("checkpoints").list("policies/")).rejects.toThrow(/may not list \(read\) checkpoints/);
       await expect(feeder.store("trajectories").delete("feeder/e/cursor.json")).rejects.toThrow(/may not delete/);
+      await expect(feeder.tidy()).rejects.toThrow(/role feeder may not tidy/); // the run's owner tidies, no role
       // reported even when a caller swallows the rejection
-      expect(refused.map((e) => e.role)).toEqual(["feeder", "feeder", "feeder", "feeder", "feeder"]);
+      expect(refused.map((e) => e.role)).toEqual(["feeder", "feeder", "feeder", "feeder", "feeder", "feeder"]);
     } finally {
       await feeder.close();
     }
