@@ -3,10 +3,12 @@ import { appendFile, mkdir, open } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import type { Command } from "commander";
 import type { ExperimentConfig } from "../../shared/config/index.ts";
+import { ValidationError } from "../../shared/errors.ts";
 import { createLogger } from "../../shared/log.ts";
 import type { ServiceMetrics } from "../../shared/metrics.ts";
 import { flattenParams, openTrackers, type Tracker } from "../../shared/tracking/index.ts";
 import type { Transport } from "../../shared/transport/types.ts";
+import type { DemonstrationTrace } from "../../trainer-image/trainer/demonstrations.ts";
 import { type MetricsCliOptions, startRoleMetrics, withMetricsOptions } from "../metricsOptions.ts";
 import { configFromOptions, withConfigOptions } from "../options.ts";
 
@@ -33,6 +35,7 @@ export function register(program: Command): void {
         process.stderr.write(
           `${JSON.stringify({ event: "warning", role: "trainer", message: `dropped a partial last line (${cut} bytes) from ${metricsFile}: the trainer was killed while writing it` })}\n`,
         );
+      const demonstrations = await collectDemonstrations(config);
       const transport = await createRoleTransport(config, "trainer");
       const stop = new AbortController();
       process.once("SIGINT", () => stop.abort());
@@ -40,11 +43,16 @@ export function register(program: Command): void {
       const tracker = startTrackers(config, dirname(metricsFile), transport);
       const roleMetrics = await startRoleMetrics("trainer", options, createLogger({ role: "trainer" }));
       const onStepMetrics = roleMetrics ? stepGauges(roleMetrics.metrics) : undefined;
-      process.stdout.write(`${JSON.stringify({ event: "started", role: "trainer", metrics: metricsFile })}\n`);
+      // with trainer.demonstrations: the expert episodes tried and kept per task
+      const started = { event: "started", role: "trainer", metrics: metricsFile };
+      process.stdout.write(
+        `${JSON.stringify(demonstrations ? { ...started, demonstrations: demonstrations.episodes } : started)}\n`,
+      );
       let status: "FINISHED" | "FAILED" = "FAILED";
       try {
         const summary = await runTrainer(config, transport, {
           signal: stop.signal,
+          ...(demonstrations ? { demonstrations: demonstrations.traces } : {}),
           metrics: async (line) => {
             const withDrops =
               tracker.dropped > 0
@@ -71,6 +79,32 @@ export function register(program: Command): void {
         await transport.close();
       }
     });
+}
+
+/**
+ * The expert episodes `trainer.demonstrations` imitates (undefined when its coef is 0): each
+ * registered task of the mix's expert, on `episodesPerTask` training instances drawn from the
+ * experiment's seed, its successful episodes kept (as `agentrl sft` collects them).
+ */
+async function collectDemonstrations(
+  config: ExperimentConfig,
+): Promise<{ traces: DemonstrationTrace[]; episodes: Record<string, { episodes: number; kept: number }> } | undefined> {
+  const { coef, episodesPerTask } = config.trainer.demonstrations;
+  if (coef === 0) return undefined;
+  const { TASK_MODULES, loadTaskModule } = await import("../../env-images/registry.ts");
+  const names = config.tasks.mix.map((m) => m.name);
+  const missing = names.filter((name) => !(name in TASK_MODULES));
+  if (missing.length > 0)
+    throw new ValidationError("config", [
+      {
+        path: "trainer.demonstrations.coef",
+        message: `is ${coef}, but task(s) ${missing.join(", ")} of tasks.mix have no expert in this build (tasks with one: ${Object.keys(TASK_MODULES).join(", ")}); set it to 0 or train on those tasks`,
+      },
+    ]);
+  const modules = await Promise.all(names.map((name) => loadTaskModule(name)));
+  const { collectExpertTraces } = await import("../../trainer-image/sft/sft.ts");
+  const { traces, stats } = await collectExpertTraces(modules, episodesPerTask, config.seed);
+  return { traces, episodes: Object.fromEntries(stats) };
 }
 
 /**

@@ -47,6 +47,31 @@ export const TrainerConfig = z
       .describe("policy-term weight of negative-advantage tokens (0: better-than-baseline tokens only)"),
     advantageEps: z.number().positive().default(1e-6).describe("epsilon in advantage normalization"),
     /**
+     * Expert demonstrations beside the RL loss (InstructGPT's PPO-ptx, expert traces in place of
+     * pretraining data): each step also raises the log-likelihood of `perStep` successful expert
+     * episodes of the training split, weighted `coef` against the policy term, so what the warm-up
+     * taught has a pull of its own while RL learns from rewards. Collected once at start by the
+     * `agentrl trainer` command from the mix's task experts (seeded by the experiment's seed).
+     */
+    demonstrations: z
+      .object({
+        coef: z
+          .number()
+          .min(0)
+          .default(0)
+          .describe("weight of the demonstrations' NLL (per token) in the loss; 0 disables"),
+        perStep: z.number().int().min(1).max(256).default(8).describe("expert episodes in each step's loss"),
+        episodesPerTask: z
+          .number()
+          .int()
+          .min(1)
+          .max(10_000)
+          .default(400)
+          .describe("expert episodes collected per task at start (train split)"),
+      })
+      .strict()
+      .prefault({}),
+    /**
      * Versions a generated token may lag the trainer's weights (every optimizer step is a
      * version). The bound covers every token, the stale pool's of cross-policy sampling too;
      * tokens past it are handled by `stalePolicy`.

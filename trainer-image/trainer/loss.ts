@@ -2,13 +2,15 @@ import type { TrainerConfig } from "../../shared/config/trainer.ts";
 import type { DataParallelTrainer } from "../../shared/model/dataParallel.ts";
 import { type PpoParams, policyTermWeights } from "../../shared/rl/ppo.ts";
 import { importanceWeights, type PreparedBatch } from "./batch.ts";
+import { type Demonstration, demonstrationRows, demonstrationTokens } from "./demonstrations.ts";
 import type { PpoShardInput, PpoShardStats } from "./ppoShard.ts";
 import type { StepRecorder } from "./stepRecord.ts";
 
 /**
  * The loss side of a step: the log-probs the loss needs besides the trained policy's own
  * (frozen reference, pre-step "proximal" log-probs for importance-weighted tokens), then one
- * optimizer step over the batch with the PPO + KL loss, collecting what the metrics report.
+ * optimizer step over the batch with the PPO + KL loss (plus the demonstrations' imitation term
+ * when `trainer.demonstrations` is on), collecting what the metrics report.
  */
 
 /** One row's inputs to the loss, token-aligned with the row's tokens. */
@@ -27,6 +29,8 @@ export interface LossRow {
   readonly fresh: number[];
   /** Full-vocabulary behaviour log-probs, the quantity the trainer's log-probs must reproduce. */
   readonly fullLogp: number[];
+  /** A demonstration row's imitation weights (1 on its assistant tokens); its other terms are 0. */
+  readonly demonstration?: Float32Array;
 }
 
 /** Per-token log-probs of sequences under the trained weights or the frozen KL reference. */
@@ -76,8 +80,8 @@ export interface StepResult {
   readonly gradNorm: number;
   /** 1 when a non-finite gradient left the weights unchanged. */
   readonly skipped: number;
-  /** Sums over the batch's trained tokens, for token means. */
-  readonly sums: { pg: number; kl: number; clipped: number; approxKl: number };
+  /** Sums over the batch's trained tokens, for token means; `demo`: the demonstrations' NLL over theirs. */
+  readonly sums: { pg: number; kl: number; clipped: number; approxKl: number; demo: number };
   /** Per row: sum of |trainer logp − behaviour logp| over its fresh tokens, and their count. */
   readonly rowGap: Float64Array;
   readonly rowFresh: Float64Array;
@@ -100,22 +104,29 @@ export async function trainOnRows(
   onError: (error: unknown) => void,
   /** Receives each row's trainer log-probs (for the step record). */
   recorder?: StepRecorder,
+  /** Expert episodes imitated in the same step, after the batch's rows (`trainer.demonstrations`). */
+  demonstrations?: { readonly of: readonly Demonstration[]; readonly coef: number },
 ): Promise<StepResult> {
-  const empty = { pg: 0, kl: 0, clipped: 0, approxKl: 0 };
-  const rowGap = new Float64Array(rows.length);
-  const rowFresh = new Float64Array(rows.length);
-  const sequences = batch.rows.map((r) => r.tokens);
+  const empty = { pg: 0, kl: 0, clipped: 0, approxKl: 0, demo: 0 };
+  const imitated = demonstrations && demonstrations.coef > 0 ? demonstrations.of : [];
+  const allRows = [...rows, ...demonstrationRows(imitated)];
+  const rowGap = new Float64Array(allRows.length);
+  const rowFresh = new Float64Array(allRows.length);
+  const sequences = [...batch.rows.map((r) => r.tokens), ...imitated.map((d) => d.tokens)];
   if (sequences.length === 0)
     return { loss: 0, gradNorm: 0, skipped: 0, sums: empty, rowGap, rowFresh, threads: parallel.threads };
   try {
     const result = await parallel.trainStep(sequences, temperature, {
-      rows,
+      rows: allRows,
       params,
       tokens: batch.tokens,
       captureLogp: recorder !== undefined,
+      ...(imitated.length > 0
+        ? { demonstration: { coef: demonstrations?.coef ?? 0, tokens: demonstrationTokens(imitated) } }
+        : {}),
     });
     const { stats } = result;
-    for (const [row, logp] of stats.logp) recorder?.record(row, logp);
+    for (const [row, logp] of stats.logp) if (row < rows.length) recorder?.record(row, logp);
     recorder?.addCaptureTime(stats.captureMs);
     return {
       loss: result.loss,

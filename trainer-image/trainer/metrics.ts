@@ -104,6 +104,8 @@ export interface StepCounts {
   /** Wall seconds since the previous step ended (throughput) and spent in this one. */
   readonly secondsSinceLastStep: number;
   readonly stepSeconds: number;
+  /** Imitated tokens of the step's demonstrations (`trainer.demonstrations`); absent when off. */
+  readonly demonstrationTokens?: number;
 }
 
 /** Counters this step adds to the ledger's cumulative `totals/...`. */
@@ -135,6 +137,13 @@ export function stepMetrics(counts: StepCounts, totals: Readonly<Record<string, 
     "loss/kl": result.sums.kl / tokens,
     "policy/clip_frac": result.sums.clipped / tokens,
     "policy/approx_kl": result.sums.approxKl / tokens,
+    ...(counts.demonstrationTokens === undefined
+      ? {}
+      : {
+          /** Mean negative log-likelihood per imitated token of the step's expert demonstrations. */
+          "loss/demonstration": result.sums.demo / Math.max(counts.demonstrationTokens, 1),
+          "demonstrations/tokens": counts.demonstrationTokens,
+        }),
     "policy/grad_norm": result.gradNorm,
     "policy/logp_gap_fresh": counts.logpGapFresh,
     "policy/logp_gap_alarm": counts.logpGapAlarm ? 1 : 0,

@@ -5,7 +5,7 @@ import { padRows, ppoLossTensors } from "../../shared/rl/tensor.ts";
 import type { LossRow } from "./loss.ts";
 
 /**
- * The trainer's PPO + KL loss as a shard loss (shared/model/dataParallel.ts): built the same on
+ * The trainer's PPO + KL loss (+ the demonstrations' imitation term) as a shard loss (shared/model/dataParallel.ts): built the same on
  * the main thread and on data-parallel replicas, it returns each micro-batch's share of the
  * batch loss and collects the step's statistics (token sums, the per-row rollout/trainer gap,
  * and the trainer log-probs the step record shows).
@@ -20,12 +20,17 @@ export interface PpoShardInput {
   readonly tokens: number;
   /** Copy each row's trainer log-probs out (for the step record). */
   readonly captureLogp: boolean;
+  /**
+   * Demonstration rows (those with `demonstration` weights) add `coef` times their mean negative
+   * log-likelihood over their `tokens` imitated tokens.
+   */
+  readonly demonstration?: { readonly coef: number; readonly tokens: number };
 }
 
 /** What a shard collected. */
 export interface PpoShardStats {
-  /** Sums over the shard's trained tokens. */
-  readonly sums: { pg: number; kl: number; clipped: number; approxKl: number };
+  /** Sums over the shard's trained tokens; `demo`: the demonstrations' negative log-likelihood. */
+  readonly sums: { pg: number; kl: number; clipped: number; approxKl: number; demo: number };
   /** Per batch row (0 on rows of other shards): sum of |trainer − behaviour| log-prob over fresh tokens, and their count. */
   readonly rowGap: Float64Array;
   readonly rowFresh: Float64Array;
@@ -38,7 +43,8 @@ function build(input: PpoShardInput) {
   const { rows, params, tokens } = input;
   const withReference = rows.some((r) => r.refLogp !== undefined);
   const weighted = rows.some((r) => r.weights !== undefined);
-  const sums = { pg: 0, kl: 0, clipped: 0, approxKl: 0 };
+  const imitation = input.demonstration;
+  const sums = { pg: 0, kl: 0, clipped: 0, approxKl: 0, demo: 0 };
   const rowGap = new Float64Array(rows.length);
   const rowFresh = new Float64Array(rows.length);
   const logps: Array<[number, Float32Array]> = [];
@@ -85,18 +91,31 @@ function build(input: PpoShardInput) {
         ),
         1,
       );
-      const stats = tf.stack([terms.pgSum, terms.klSum, terms.clippedCount, terms.approxKlSum]).dataSync();
+      // the imitation term of demonstration rows (0 weights elsewhere)
+      const demoSum = imitation
+        ? tf.neg(
+            tf.sum(
+              tf.mul(
+                logp,
+                pad((r) => r.demonstration ?? []),
+              ),
+            ),
+          )
+        : tf.scalar(0);
+      const stats = tf.stack([terms.pgSum, terms.klSum, terms.clippedCount, terms.approxKlSum, demoSum]).dataSync();
       sums.pg += stats[0] as number;
       sums.kl += stats[1] as number;
       sums.clipped += stats[2] as number;
       sums.approxKl += stats[3] as number;
+      sums.demo += stats[4] as number;
       const gaps = gap.dataSync();
       const counts = tf.sum(fresh, 1).dataSync();
       picked.forEach((r, j) => {
         rowGap[r] = (rowGap[r] as number) + (gaps[j] as number);
         rowFresh[r] = (rowFresh[r] as number) + (counts[j] as number);
       });
-      return terms.loss;
+      if (!imitation) return terms.loss;
+      return tf.add(terms.loss, tf.mul(demoSum, imitation.coef / Math.max(imitation.tokens, 1))) as tf.Scalar;
     },
     stats: (): PpoShardStats => ({ sums: { ...sums }, rowGap, rowFresh, logp: logps, captureMs }),
   };
@@ -114,6 +133,7 @@ export default defineShardLoss<PpoShardInput, PpoShardStats>(import.meta.url, {
       kl: a.sums.kl + b.sums.kl,
       clipped: a.sums.clipped + b.sums.clipped,
       approxKl: a.sums.approxKl + b.sums.approxKl,
+      demo: a.sums.demo + b.sums.demo,
     },
     rowGap: addInto(a.rowGap, b.rowGap),
     rowFresh: addInto(a.rowFresh, b.rowFresh),

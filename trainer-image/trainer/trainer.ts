@@ -1,3 +1,4 @@
+import { codecOfVersion } from "../../shared/chat/checkpoint.ts";
 import type { ExperimentConfig } from "../../shared/config/index.ts";
 import { AgentRlError } from "../../shared/errors.ts";
 import { createLogger, type Logger } from "../../shared/log.ts";
@@ -13,6 +14,13 @@ import { sleep } from "../../shared/sleep.ts";
 import type { ReceivedMessage, Transport } from "../../shared/transport/types.ts";
 import { prepareBatch } from "./batch.ts";
 import { type BufferedGroup, entriesOf, GroupBuffer, groupsNeeded } from "./buffer.ts";
+import {
+  type Demonstration,
+  type DemonstrationTrace,
+  demonstrationsOfStep,
+  demonstrationTokens,
+  encodeDemonstrations,
+} from "./demonstrations.ts";
 import { hfPublisher } from "./hf-publish.ts";
 import { addTotals, type Ledger, readLedger } from "./ledger.ts";
 import { PoisonedTrajectories } from "./load.ts";
@@ -64,6 +72,11 @@ export interface TrainerOptions {
   readonly maxStepsThisRun?: number;
   /** Long-poll wait of each receive, seconds. @default 1 */
   readonly waitSeconds?: number;
+  /**
+   * Successful expert episodes of the training split for `trainer.demonstrations` (the `agentrl
+   * trainer` command collects them from the tasks' experts); needed when its coef is above 0.
+   */
+  readonly demonstrations?: readonly DemonstrationTrace[];
   /** Fault injection for tests: runs after the step is trained, before anything is published. */
   readonly beforePublish?: (version: number) => void | Promise<void>;
   readonly log?: Logger;
@@ -128,6 +141,19 @@ export async function runTrainer(
     );
   });
   const policy: TransformerPolicy = loaded.policy;
+  const imitation = trainer.demonstrations;
+  let demonstrations: Demonstration[] = [];
+  if (imitation.coef > 0) {
+    const codec = await codecOfVersion(checkpoints, loaded.manifest);
+    demonstrations = encodeDemonstrations(options.demonstrations ?? [], codec, config.policy.model.contextLength);
+    if (demonstrations.length === 0) {
+      policy.dispose();
+      throw new TrainerError(
+        `trainer.demonstrations.coef is ${imitation.coef} but there are no expert episodes to imitate (${options.demonstrations?.length ?? 0} given, none within the context); set it to 0 or run the trainer through \`agentrl trainer\`, which collects them from the tasks' experts`,
+      );
+    }
+    log.info({ demonstrations: demonstrations.length, coef: imitation.coef }, "expert demonstrations ready");
+  }
   let version = loaded.manifest.version;
   let publishedVersion = version;
   const ledger: Ledger = (await readLedger(checkpoints, version)) ?? {
@@ -278,6 +304,8 @@ export async function runTrainer(
       trainer,
     );
     const recorder = new StepRecorder(); // the trainer's log-probs, for the step record `agentrl view` shows
+    const imitated =
+      demonstrations.length > 0 ? demonstrationsOfStep(demonstrations, imitation.perStep, config.seed, step + 1) : [];
     const result = await trainOnRows(
       parallel,
       batch,
@@ -286,6 +314,7 @@ export async function runTrainer(
       params,
       (error) => log.error({ err: error }, "optimizer step skipped"),
       recorder,
+      { of: imitated, coef: imitation.coef },
     );
     step += 1;
     stepsThisRun += 1;
@@ -307,6 +336,7 @@ export async function runTrainer(
       buffered: buffer.trajectoryCount,
       secondsSinceLastStep: (now - lastStepAt) / 1000,
       stepSeconds: (now - stepStart) / 1000,
+      ...(imitated.length > 0 ? { demonstrationTokens: demonstrationTokens(imitated) } : {}),
     };
     addTotals(totals, stepTotals(counts));
     const metrics = stepMetrics(counts, totals);
