@@ -5,10 +5,11 @@ import { padRows, ppoLossTensors } from "../../shared/rl/tensor.ts";
 import type { LossRow } from "./loss.ts";
 
 /**
- * The trainer's PPO + KL loss (+ the demonstrations' imitation term) as a shard loss (shared/model/dataParallel.ts): built the same on
- * the main thread and on data-parallel replicas, it returns each micro-batch's share of the
- * batch loss and collects the step's statistics (token sums, the per-row rollout/trainer gap,
- * and the trainer log-probs the step record shows).
+ * The trainer's PPO + KL loss (and the demonstrations' imitation term) as a shard loss
+ * (shared/model/dataParallel.ts): built the same on the main thread and on data-parallel
+ * replicas, it returns each micro-batch's share of the batch loss and collects the step's
+ * statistics (token sums, the per-row rollout/trainer gap, and the trainer log-probs the step
+ * record shows).
  */
 
 /** Everything the loss of one step needs; the same value on every thread. */
