@@ -2,9 +2,7 @@ import { afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { loadTaskModule } from "../../env-images/registry.ts";
 import { ChatCodec } from "../../shared/chat/index.ts";
 import { type ExperimentConfigInput, parseConfig } from "../../shared/config/index.ts";
-import { initBackend } from "../../shared/model/backend.ts";
-import { loadCheckpoint, saveCheckpoint } from "../../shared/model/checkpoint.ts";
-import { createPolicy } from "../../shared/model/transformer.ts";
+import { loadCheckpoint } from "../../shared/model/checkpoint.ts";
 import type { TrainablePolicy } from "../../shared/model/types.ts";
 import type { StepMetrics } from "../../shared/protocol/metrics.ts";
 import { createTransport } from "../../shared/transport/index.ts";
@@ -21,7 +19,7 @@ import {
 import { runTrainer, TrainerError } from "../../trainer-image/trainer/trainer.ts";
 import { agentrl } from "../support/cli.ts";
 import { tempDir } from "../support/tmp.ts";
-import { deliver, fakeTrajectory, TINY_MODEL, tinyTrainerConfig } from "./trainerHelpers.ts";
+import { deliver, fakeTrajectory, publishBase, TINY_MODEL, tinyTrainerConfig } from "./trainerHelpers.ts";
 
 /** The trainer tests' tiny model with room for whole expert episodes (about 450-560 tokens each). */
 const MODEL = { ...TINY_MODEL, vocabSize: 1024, contextLength: 1024 };
@@ -135,19 +133,14 @@ describe("runTrainer with trainer.demonstrations", () => {
     return { lines, before: losses[0] as number, after: losses[1] as number };
   };
 
-  beforeEach(async () => {
-    dir = tempDir("trainer-demo-");
+  /** A fresh run folder whose v0 is an untrained MODEL with the traces' tokenizer. */
+  const freshRun = async (prefix: string): Promise<void> => {
+    dir = tempDir(prefix);
     transport = await createTransport(config().transport);
-    await initBackend("cpu");
-    const policy = createPolicy(MODEL, 1);
-    await saveCheckpoint(transport.store("checkpoints"), policy, {
-      version: 0,
-      step: 0,
-      parent: null,
-      tokenizerJson: codec.tokenizer.toText(),
-    });
-    policy.dispose();
-  });
+    await publishBase(transport, 0, { model: MODEL, tokenizerJson: codec.tokenizer.toText() });
+  };
+
+  beforeEach(() => freshRun("trainer-demo-"));
   afterEach(async () => {
     await transport.close();
   });
@@ -172,16 +165,7 @@ describe("runTrainer with trainer.demonstrations", () => {
   it("two training threads compute the same imitation term as one", async () => {
     const one = await train({ dataParallel: 1, demonstrations: { coef: 1, perStep: 2 } }, traces, 2);
     await transport.close();
-    dir = tempDir("trainer-demo-dp2-");
-    transport = await createTransport(config().transport);
-    const policy = createPolicy(MODEL, 1);
-    await saveCheckpoint(transport.store("checkpoints"), policy, {
-      version: 0,
-      step: 0,
-      parent: null,
-      tokenizerJson: codec.tokenizer.toText(),
-    });
-    policy.dispose();
+    await freshRun("trainer-demo-dp2-");
     const two = await train({ dataParallel: 2, demonstrations: { coef: 1, perStep: 2 } }, traces, 2);
     expect(two.lines.map((l) => l.metrics["time/train_threads"])).toEqual([2, 2]);
     two.lines.forEach((line, i) => {

@@ -1,4 +1,5 @@
 import { type ExperimentConfig, type ExperimentConfigInput, parseConfig } from "../../shared/config/index.ts";
+import type { ModelConfig } from "../../shared/config/policy.ts";
 import { initBackend } from "../../shared/model/backend.ts";
 import { saveCheckpoint } from "../../shared/model/checkpoint.ts";
 import { createPolicy } from "../../shared/model/transformer.ts";
@@ -17,16 +18,18 @@ export const TINY_MODEL = {
   contextLength: 64,
 } as const;
 
-/** Publishes a fresh tiny policy as `version` (the trainer's starting point). */
-export async function publishBase(transport: Transport, version = 0): Promise<void> {
+/** Publishes a fresh policy (the tiny one unless `model` says) as `version`: the trainer's starting point. */
+export async function publishBase(
+  transport: Transport,
+  version = 0,
+  {
+    model = TINY_MODEL,
+    tokenizerJson = JSON.stringify({ note: "tokens only; the trainer never decodes" }),
+  }: { model?: Partial<ModelConfig>; tokenizerJson?: string } = {},
+): Promise<void> {
   await initBackend("cpu");
-  const policy = createPolicy(TINY_MODEL, 1, { version });
-  await saveCheckpoint(transport.store("checkpoints"), policy, {
-    version,
-    step: 0,
-    parent: null,
-    tokenizerJson: JSON.stringify({ note: "tokens only; the trainer never decodes" }),
-  });
+  const policy = createPolicy(model, 1, { version });
+  await saveCheckpoint(transport.store("checkpoints"), policy, { version, step: 0, parent: null, tokenizerJson });
   policy.dispose();
 }
 
