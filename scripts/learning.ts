@@ -11,7 +11,9 @@
  * to N arms at once: the results do not change (each is seeded), only the wall time. An arm that
  * fails leaves the others running; the command then exits 1 naming it.
  *
- * Arms: `multi` (the config as it is: Table 3, and Table 4's multi-task run); per task
+ * Arms: `multi` (the config as it is: Table 3, and Table 4's multi-task run);
+ * `demonstrations-alone` (Table 3's control when the config imitates expert episodes: the same run
+ * with the RL loss left out, so the table says what RL added beside the imitation); per task
  * `single-<task>-steps` (that task alone, the same steps) and `single-<task>-data` (that task
  * alone, the steps that give it the data it had in the mix); `ablation-full` (only when the
  * ablation config differs), `no-cross-policy`, `no-task-norm` (Table 6).
@@ -115,6 +117,10 @@ async function armsFor(flags: z.infer<typeof Flags>): Promise<Arm[]> {
     flags.tables.has(3) || flags.tables.has(4) || !separateAblation
       ? [{ name: "multi", config: flags.config, sets: [] }]
       : [];
+  // With demonstrations in the loss, Table 3's gain is RL's and the imitation's together: the control tells them apart.
+  const imitation = config.trainer.demonstrations;
+  if (flags.tables.has(3) && imitation.coef > 0 && !imitation.alone)
+    arms.push({ name: "demonstrations-alone", config: flags.config, sets: ["trainer.demonstrations.alone=true"] });
   if (flags.tables.has(4)) {
     const mix = config.tasks.mix;
     const totalWeight = mix.reduce((s, t) => s + t.weight, 0);
@@ -302,6 +308,14 @@ const sections: string[] = [];
 if (of("multi").length > 0 && flags.tables.has(3)) {
   sections.push(`### Table 3: RL from the base (greedy test success, %)\n\n${table3(of("multi"))}`);
   sections.push(...(await rlAgainstBase("Table 3", of("multi"))));
+  if (of("demonstrations-alone").length > 0)
+    sections.push(
+      `### Table 3's control: the demonstrations without RL (greedy test success, %)\n\n${table6(
+        of("multi"),
+        new Map([["the demonstrations alone (RL loss left out)", of("demonstrations-alone")]]),
+        { full: "RL with demonstrations", ablation: "alone" },
+      )}`,
+    );
 }
 if (of("multi").length > 0 && flags.tables.has(4)) {
   const singles = new Map<string, ArmResult[]>();

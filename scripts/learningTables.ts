@@ -230,16 +230,23 @@ export function table4(multi: readonly ArmResult[], singles: ReadonlyMap<string,
   return lines.join("\n");
 }
 
-/** Table 6: the full run against each ablation, per task and average, with per-seed paired differences. */
-export function table6(full: readonly ArmResult[], ablations: ReadonlyMap<string, readonly ArmResult[]>): string {
+/**
+ * Table 6: the full run against each ablation, per task and average, with per-seed paired
+ * differences; `names` labels the two sides (Table 3's control is RL's own ablation).
+ */
+export function table6(
+  full: readonly ArmResult[],
+  ablations: ReadonlyMap<string, readonly ArmResult[]>,
+  names: { readonly full: string; readonly ablation: string } = { full: "full", ablation: "ablation" },
+): string {
   const tasks = [...tasksOf(full), "avg"];
   const lines = [
-    `| run | ${tasks.join(" | ")} | ablation − full avg, per seed (paired 95%) |`,
+    `| run | ${tasks.join(" | ")} | ${names.ablation} − ${names.full} avg, per seed (paired 95%) |`,
     `|${"---|".repeat(tasks.length + 2)}`,
   ];
   const row = (label: string, results: readonly ArmResult[], pairs: string) =>
     `| ${label} | ${tasks.map((t) => meanAndRange(results.map((r) => points(r.newest, t)))).join(" | ")} | ${pairs} |`;
-  lines.push(row(`full (base avg ${meanAndRange(full.map((r) => points(r.base, "avg")))})`, full, "–"));
+  lines.push(row(`${names.full} (base avg ${meanAndRange(full.map((r) => points(r.base, "avg")))})`, full, "–"));
   for (const [label, results] of ablations) {
     const pairs = bySeed(results).flatMap((a) => {
       const f = full.find((x) => x.seed === a.seed);

@@ -110,6 +110,7 @@ export const CONFIG_READERS: Readonly<Record<string, readonly string[]>> = {
   "trainer.demonstrations.coef": ["trainer-image/trainer/trainer.ts", "cli/commands/trainer.ts"],
   "trainer.demonstrations.perStep": ["trainer-image/trainer/trainer.ts"],
   "trainer.demonstrations.episodesPerTask": ["cli/commands/trainer.ts"],
+  "trainer.demonstrations.alone": ["trainer-image/trainer/trainer.ts"],
   "trainer.maxStaleness": ["trainer-image/trainer/batch.ts"],
   "trainer.stalePolicy": ["trainer-image/trainer/batch.ts"],
   "trainer.importanceWeightCap": ["trainer-image/trainer/loss.ts"],

@@ -68,8 +68,21 @@ export const TrainerConfig = z
           .max(10_000)
           .default(400)
           .describe("expert episodes collected per task at start (train split)"),
+        /**
+         * The control for what RL adds beside the demonstrations: the same run (same rollouts, same
+         * per-step demonstrations, same optimizer) with the RL loss left out of the gradient, so the
+         * step trains on the demonstrations alone (`npm run learning` runs it beside Table 3).
+         */
+        alone: z
+          .boolean()
+          .default(false)
+          .describe("leave the RL loss out: each step trains on the demonstrations alone (needs coef > 0)"),
       })
       .strict()
+      .refine((d) => !d.alone || d.coef > 0, {
+        path: ["alone"],
+        message: "trains on the demonstrations alone, so needs trainer.demonstrations.coef above 0",
+      })
       .prefault({}),
     /**
      * Versions a generated token may lag the trainer's weights (every optimizer step is a

@@ -139,6 +139,86 @@ describe("npm run learning", () => {
       expect(endings).toContain(`| ${task} | agent validation failed | 3 | 1 |`);
   });
 
+  it("with demonstrations in the config, Table 3 comes with its control: the same run without the RL loss", async () => {
+    const out = tempDir("agentrl-learning-control-");
+    /** `solved` of each task's 8 instances succeed (the first ones). */
+    const report = (policy: string, solved: number) => ({
+      schemaVersion: 1,
+      policy,
+      split: "test",
+      createdAt: "2026-01-01T00:00:00Z",
+      tasks: ["db", "os"].map((task) => ({
+        task,
+        episodes: 8,
+        success: solved / 8,
+        meanReward: solved / 8,
+        meanTurns: 2,
+        statuses: { completed: 8 },
+      })),
+      averageSuccess: solved / 8,
+      outcomes: ["db", "os"].flatMap((task) =>
+        Array.from({ length: 8 }, (_, index) => {
+          const success = index < solved ? 1 : 0;
+          return { task, index, sample: 0, status: "completed", success };
+        }),
+      ),
+    });
+    const stored = (arm: string, solved: number) => {
+      mkdirSync(join(out, arm, "seed-1"), { recursive: true });
+      const result = {
+        ...{ schemaVersion: 1, arm, seed: 1, config: "configs/learning.yaml", sets: [], wallSeconds: 60 },
+        ...{ base: report("v0 (base)", 2), newest: report("v40", solved) },
+      };
+      writeFileSync(join(out, arm, "seed-1", "result.json"), JSON.stringify(result));
+    };
+    const demonstrations = ["--set", "trainer.demonstrations.coef=1"];
+    const plan = await runProcess(TSX, [
+      SCRIPT,
+      "--tables",
+      "3",
+      "--seeds",
+      "1",
+      "--out",
+      out,
+      "--dry-run",
+      ...demonstrations,
+    ]);
+    expect(plan.status, plan.stderr).toBe(0);
+    const planned = [...plan.stderr.matchAll(/\] (\S+) seed 1: would run \S+ (.*)/g)].map((m) => `${m[1]}: ${m[2]}`);
+    expect(planned).toEqual([
+      "multi: trainer.demonstrations.coef=1 seed=1 trainer.mode=sync",
+      "demonstrations-alone: trainer.demonstrations.coef=1 trainer.demonstrations.alone=true seed=1 trainer.mode=sync",
+    ]);
+    // without demonstrations there is nothing to tell apart, and a run that is itself the control has none
+    for (const sets of [[], [...demonstrations, "--set", "trainer.demonstrations.alone=true"]]) {
+      const plain = await runProcess(TSX, [
+        SCRIPT,
+        "--tables",
+        "3",
+        "--seeds",
+        "1",
+        "--out",
+        out,
+        "--dry-run",
+        ...sets,
+      ]);
+      expect(plain.stderr).not.toContain("demonstrations-alone");
+    }
+    stored("multi", 4);
+    stored("demonstrations-alone", 3);
+    const tables = await runProcess(TSX, [SCRIPT, "--tables", "3", "--seeds", "1", "--out", out, ...demonstrations]);
+    expect(tables.status, tables.stderr).toBe(0);
+    expect(tables.stderr).toContain("demonstrations-alone seed 1: done before, skipped");
+    const control = tables.stdout.slice(tables.stdout.indexOf("### Table 3's control"));
+    expect(control).toMatch(/^### Table 3's control: the demonstrations without RL/);
+    expect(control).toContain("| run | db | os | avg | alone − RL with demonstrations avg, per seed (paired 95%) |");
+    expect(control).toContain("| RL with demonstrations (base avg 25.0) | 50.0 | 50.0 | 50.0 | – |");
+    // one instance of eight fewer on each task: −12.5 points, paired instance by instance
+    expect(control).toMatch(
+      /\| the demonstrations alone \(RL loss left out\) \| 37\.5 \| 37\.5 \| 37\.5 \| s1 −12\.5 \(−\d/,
+    );
+  });
+
   it("refuses bad flags, saying what is allowed", async () => {
     const seeds = await runProcess(TSX, [SCRIPT, "--seeds", "0"]);
     expect(seeds.status).toBe(2);

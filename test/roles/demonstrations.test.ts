@@ -73,7 +73,15 @@ describe("demonstrations: encoding and the seeded draw", () => {
   });
 
   it("the config refuses a negative weight or an empty draw, naming the field", () => {
-    expect(parseConfig({}).trainer.demonstrations).toEqual({ coef: 0, perStep: 8, episodesPerTask: 400 });
+    expect(parseConfig({}).trainer.demonstrations).toEqual({
+      coef: 0,
+      perStep: 8,
+      episodesPerTask: 400,
+      alone: false,
+    });
+    expect(() => parseConfig({ trainer: { demonstrations: { alone: true } } })).toThrow(
+      /trainer\.demonstrations\.alone: trains on the demonstrations alone, so needs trainer\.demonstrations\.coef above 0/,
+    );
     expect(() => parseConfig({ trainer: { demonstrations: { coef: -1 } } })).toThrow(/trainer\.demonstrations\.coef/);
     expect(() => parseConfig({ trainer: { demonstrations: { perStep: 0 } } })).toThrow(
       /trainer\.demonstrations\.perStep/,
@@ -86,10 +94,12 @@ describe("runTrainer with trainer.demonstrations", () => {
   let transport: Transport;
   const config = (overrides: ExperimentConfigInput = {}) =>
     tinyTrainerConfig(dir, { policy: { backend: "cpu", model: MODEL }, ...overrides });
+  /** Which sample of each group succeeds: flipping it reverses every advantage of the RL term. */
+  let winner = 0;
   const batchOf = (step: number) =>
     [0, 1].flatMap((g) =>
       [0, 1].map((sample) =>
-        fakeTrajectory("tr", `s${step}g${g}`, sample, sample === 0 ? 1 : -0.2, { task: g === 0 ? "db" : "os" }),
+        fakeTrajectory("tr", `s${step}g${g}`, sample, sample === winner ? 1 : -0.2, { task: g === 0 ? "db" : "os" }),
       ),
     );
 
@@ -140,7 +150,10 @@ describe("runTrainer with trainer.demonstrations", () => {
     await publishBase(transport, 0, { model: MODEL, tokenizerJson: codec.tokenizer.toText() });
   };
 
-  beforeEach(() => freshRun("trainer-demo-"));
+  beforeEach(() => {
+    winner = 0;
+    return freshRun("trainer-demo-");
+  });
   afterEach(async () => {
     await transport.close();
   });
@@ -161,6 +174,27 @@ describe("runTrainer with trainer.demonstrations", () => {
     expect(lines.every((line) => line.metrics["loss/demonstration"] === undefined)).toBe(true);
     expect(Math.abs(after - before)).toBeLessThan(0.01); // 3e-4 when written
   });
+
+  it("alone, the RL loss trains nothing: reversed rewards leave the next step's imitation loss the same", async () => {
+    /** Step 2's demonstration loss (after one update) with the batches' rewards as they are, then reversed. */
+    const secondStep = async (alone: boolean): Promise<[number, number]> => {
+      const losses: number[] = [];
+      for (const w of [0, 1]) {
+        winner = w;
+        await transport.close();
+        await freshRun(`trainer-demo-alone-${w}-`);
+        const { lines } = await train({ demonstrations: { coef: 1, perStep: 2, alone } }, traces, 2);
+        expect(Number.isFinite(lines[1]?.metrics["loss/policy"])).toBe(true); // still computed, for the metrics
+        losses.push(lines[1]?.metrics["loss/demonstration"] as number);
+      }
+      return losses as [number, number];
+    };
+    const [asIs, reversed] = await secondStep(true);
+    expect(reversed).toBeCloseTo(asIs, 6);
+    // beside the RL loss the rewards do move the weights the demonstrations are scored with
+    const [withRl, withRlReversed] = await secondStep(false);
+    expect(Math.abs(withRlReversed - withRl)).toBeGreaterThan(1e-4);
+  }, 120_000);
 
   it("two training threads compute the same imitation term as one", async () => {
     const one = await train({ dataParallel: 1, demonstrations: { coef: 1, perStep: 2 } }, traces, 2);

@@ -104,8 +104,11 @@ export async function trainOnRows(
   onError: (error: unknown) => void,
   /** Receives each row's trainer log-probs (for the step record). */
   recorder?: StepRecorder,
-  /** Expert episodes imitated in the same step, after the batch's rows (`trainer.demonstrations`). */
-  demonstrations?: { readonly of: readonly Demonstration[]; readonly coef: number },
+  /**
+   * Expert episodes imitated in the same step, after the batch's rows (`trainer.demonstrations`);
+   * `alone`: they are all the step trains on (the RL loss is computed for its statistics only).
+   */
+  demonstrations?: { readonly of: readonly Demonstration[]; readonly coef: number; readonly alone?: boolean },
 ): Promise<StepResult> {
   const empty = { pg: 0, kl: 0, clipped: 0, approxKl: 0, demo: 0 };
   const imitated = demonstrations && demonstrations.coef > 0 ? demonstrations.of : [];
@@ -122,7 +125,13 @@ export async function trainOnRows(
       tokens: batch.tokens,
       captureLogp: recorder !== undefined,
       ...(imitated.length > 0
-        ? { demonstration: { coef: demonstrations?.coef ?? 0, tokens: demonstrationTokens(imitated) } }
+        ? {
+            demonstration: {
+              coef: demonstrations?.coef ?? 0,
+              tokens: demonstrationTokens(imitated),
+              alone: demonstrations?.alone ?? false,
+            },
+          }
         : {}),
     });
     const { stats } = result;

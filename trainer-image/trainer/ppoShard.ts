@@ -23,9 +23,10 @@ export interface PpoShardInput {
   readonly captureLogp: boolean;
   /**
    * Demonstration rows (those with `demonstration` weights) add `coef` times their mean negative
-   * log-likelihood over their `tokens` imitated tokens.
+   * log-likelihood over their `tokens` imitated tokens; `alone`: that term is the whole loss (the
+   * PPO + KL terms are still summed for the metrics, and train nothing).
    */
-  readonly demonstration?: { readonly coef: number; readonly tokens: number };
+  readonly demonstration?: { readonly coef: number; readonly tokens: number; readonly alone?: boolean };
 }
 
 /** What a shard collected. */
@@ -116,7 +117,8 @@ function build(input: PpoShardInput) {
         rowFresh[r] = (rowFresh[r] as number) + (counts[j] as number);
       });
       if (!imitation) return terms.loss;
-      return tf.add(terms.loss, tf.mul(demoSum, imitation.coef / Math.max(imitation.tokens, 1))) as tf.Scalar;
+      const imitationLoss = tf.mul(demoSum, imitation.coef / Math.max(imitation.tokens, 1)) as tf.Scalar;
+      return imitation.alone ? imitationLoss : (tf.add(terms.loss, imitationLoss) as tf.Scalar);
     },
     stats: (): PpoShardStats => ({ sums: { ...sums }, rowGap, rowFresh, logp: logps, captureMs }),
   };

@@ -152,7 +152,10 @@ export async function runTrainer(
         `trainer.demonstrations.coef is ${imitation.coef} but there are no expert episodes to imitate (${options.demonstrations?.length ?? 0} given, none within the context); set it to 0 or run the trainer through \`agentrl trainer\`, which collects them from the tasks' experts`,
       );
     }
-    log.info({ demonstrations: demonstrations.length, coef: imitation.coef }, "expert demonstrations ready");
+    log.info(
+      { demonstrations: demonstrations.length, coef: imitation.coef, alone: imitation.alone },
+      imitation.alone ? "expert demonstrations ready; the RL loss is left out" : "expert demonstrations ready",
+    );
   }
   let version = loaded.manifest.version;
   let publishedVersion = version;
@@ -314,7 +317,7 @@ export async function runTrainer(
       params,
       (error) => log.error({ err: error }, "optimizer step skipped"),
       recorder,
-      { of: imitated, coef: imitation.coef },
+      { of: imitated, coef: imitation.coef, alone: imitation.alone },
     );
     step += 1;
     stepsThisRun += 1;
