@@ -24,6 +24,39 @@ const SMALL = [
   "evaluation.instances=1",
 ].flatMap((s) => ["--set", s]);
 
+/**
+ * A closing evaluation as an arm stores it: on each task `solved` of `episodes` instances succeed
+ * (the first ones) and `invalid` end with a failed validation (the last ones), one episode each.
+ */
+function evalReport(policy: string, tasks: readonly string[], episodes: number, solved: number, invalid = 0) {
+  const statusOf = (index: number) => (index >= episodes - invalid ? "agent validation failed" : "completed");
+  return {
+    schemaVersion: 1,
+    policy,
+    split: "test",
+    createdAt: "2026-01-01T00:00:00Z",
+    tasks: tasks.map((task) => ({
+      task,
+      episodes,
+      success: solved / episodes,
+      meanReward: solved / episodes,
+      meanTurns: 2,
+      statuses:
+        invalid > 0 ? { completed: episodes - invalid, "agent validation failed": invalid } : { completed: episodes },
+    })),
+    averageSuccess: solved / episodes,
+    outcomes: tasks.flatMap((task) =>
+      Array.from({ length: episodes }, (_, index) => ({
+        task,
+        index,
+        sample: 0,
+        status: statusOf(index),
+        success: index < solved ? 1 : 0,
+      })),
+    ),
+  };
+}
+
 describe("npm run learning", () => {
   it("runs each arm once (two at a time), stores it, prints Table 3, and skips it on a rerun", async () => {
     const out = tempDir("agentrl-learning-");
@@ -98,21 +131,7 @@ describe("npm run learning", () => {
 
   it("Table 6 on its own config prints its full arm against that config's base, from the stored result", async () => {
     const out = tempDir("agentrl-learning-shop-");
-    const report = (policy: string, invalid: number) => ({
-      schemaVersion: 1,
-      policy,
-      split: "test",
-      createdAt: "2026-01-01T00:00:00Z",
-      tasks: ["db", "os", "webshop"].map((task) => ({
-        task,
-        episodes: 4,
-        success: 0.25,
-        meanReward: 0.25,
-        meanTurns: 2,
-        statuses: { completed: 4 - invalid, "agent validation failed": invalid },
-      })),
-      averageSuccess: 0.25,
-    });
+    const report = (policy: string, invalid: number) => evalReport(policy, ["db", "os", "webshop"], 4, 1, invalid);
     const stored = {
       schemaVersion: 1,
       arm: "ablation-full",
@@ -141,28 +160,7 @@ describe("npm run learning", () => {
 
   it("with demonstrations in the config, Table 3 comes with its control: the same run without the RL loss", async () => {
     const out = tempDir("agentrl-learning-control-");
-    /** `solved` of each task's 8 instances succeed (the first ones). */
-    const report = (policy: string, solved: number) => ({
-      schemaVersion: 1,
-      policy,
-      split: "test",
-      createdAt: "2026-01-01T00:00:00Z",
-      tasks: ["db", "os"].map((task) => ({
-        task,
-        episodes: 8,
-        success: solved / 8,
-        meanReward: solved / 8,
-        meanTurns: 2,
-        statuses: { completed: 8 },
-      })),
-      averageSuccess: solved / 8,
-      outcomes: ["db", "os"].flatMap((task) =>
-        Array.from({ length: 8 }, (_, index) => {
-          const success = index < solved ? 1 : 0;
-          return { task, index, sample: 0, status: "completed", success };
-        }),
-      ),
-    });
+    const report = (policy: string, solved: number) => evalReport(policy, ["db", "os"], 8, solved);
     const stored = (arm: string, solved: number) => {
       mkdirSync(join(out, arm, "seed-1"), { recursive: true });
       const result = {
@@ -172,17 +170,8 @@ describe("npm run learning", () => {
       writeFileSync(join(out, arm, "seed-1", "result.json"), JSON.stringify(result));
     };
     const demonstrations = ["--set", "trainer.demonstrations.coef=1"];
-    const plan = await runProcess(TSX, [
-      SCRIPT,
-      "--tables",
-      "3",
-      "--seeds",
-      "1",
-      "--out",
-      out,
-      "--dry-run",
-      ...demonstrations,
-    ]);
+    const table3 = (...flags: string[]) => runProcess(TSX, [SCRIPT, ...["--tables", "3", "--seeds", "1"], ...flags]);
+    const plan = await table3("--out", out, "--dry-run", ...demonstrations);
     expect(plan.status, plan.stderr).toBe(0);
     const planned = [...plan.stderr.matchAll(/\] (\S+) seed 1: would run \S+ (.*)/g)].map((m) => `${m[1]}: ${m[2]}`);
     expect(planned).toEqual([
@@ -191,22 +180,12 @@ describe("npm run learning", () => {
     ]);
     // without demonstrations there is nothing to tell apart, and a run that is itself the control has none
     for (const sets of [[], [...demonstrations, "--set", "trainer.demonstrations.alone=true"]]) {
-      const plain = await runProcess(TSX, [
-        SCRIPT,
-        "--tables",
-        "3",
-        "--seeds",
-        "1",
-        "--out",
-        out,
-        "--dry-run",
-        ...sets,
-      ]);
+      const plain = await table3("--out", out, "--dry-run", ...sets);
       expect(plain.stderr).not.toContain("demonstrations-alone");
     }
     stored("multi", 4);
     stored("demonstrations-alone", 3);
-    const tables = await runProcess(TSX, [SCRIPT, "--tables", "3", "--seeds", "1", "--out", out, ...demonstrations]);
+    const tables = await table3("--out", out, ...demonstrations);
     expect(tables.status, tables.stderr).toBe(0);
     expect(tables.stderr).toContain("demonstrations-alone seed 1: done before, skipped");
     const control = tables.stdout.slice(tables.stdout.indexOf("### Table 3's control"));
