@@ -10,6 +10,7 @@ interface SftCliOptions {
   set?: string[];
   tasks?: string[];
   episodes: number;
+  withoutKinds?: string[];
   steps: number;
   seed?: number;
   batch: number;
@@ -42,6 +43,10 @@ export function register(program: Command): void {
       .description("warm-up: train the tokenizer and a base policy on expert traces, save it as checkpoint v0")
       .option("--tasks <names...>", "tasks whose experts produce traces (default: the config's task mix)")
       .option("--episodes <n>", "expert episodes per task", intOption("--episodes", 1), 40)
+      .option(
+        "--without-kinds <kinds...>",
+        "leave out the expert episodes of these instance kinds (as `agentrl eval` names them, e.g. lookup count_range): a warm-up never shown them",
+      )
       .option("--steps <n>", "optimizer steps", intOption("--steps", 1), 200)
       .option("--seed <n>", "seed of episodes, init and batches (default: config seed)", intOption("--seed", 0))
       .option("--batch <n>", "sequences per step", intOption("--batch", 1), 16)
@@ -201,6 +206,7 @@ export function register(program: Command): void {
         config,
         tasks,
         episodesPerTask: options.episodes,
+        withoutKinds: options.withoutKinds,
         steps: options.steps,
         seed,
         batchSize: options.batch,

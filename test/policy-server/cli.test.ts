@@ -1,21 +1,44 @@
 import { describe, expect, it } from "vitest";
 import { agentrl } from "../support/cli.ts";
+import { tempDir } from "../support/tmp.ts";
 
 describe("agentrl sft / policy serve: bad input is one clear line, never a stack trace", () => {
   it("explains what is wrong and what is allowed", async () => {
-    const [noOut, badTask, badPool, badLr, badInit, badWeight, badVariants, badBlind, tooManyHabits, numbersAlone] =
-      await Promise.all([
-        agentrl(["sft", "--steps", "1"]),
-        agentrl(["sft", "--tasks", "chess", "--out", "/nonexistent-never-written"]),
-        agentrl(["policy", "serve", "--pool", "newest"]),
-        agentrl(["sft", "--lr", "-1", "--store"]),
-        agentrl(["sft", "--init", "/nonexistent-never-written", "--out", "/nonexistent-never-written-either"]),
-        agentrl(["sft", "--final-turn-weight", "heavy", "--store"]),
-        agentrl(["sft", "--answer-variants", "1.5", "--store"]),
-        agentrl(["sft", "--blind-share", "1.5", "--store"]),
-        agentrl(["sft", "--blind-share", "0.6", "--prose-share", "0.5", "--store"]),
-        agentrl(["sft", "--question-numbers", "--store"]),
-      ]);
+    const [
+      noOut,
+      badTask,
+      badPool,
+      badLr,
+      badInit,
+      badWeight,
+      badVariants,
+      badBlind,
+      tooManyHabits,
+      numbersAlone,
+      badKind,
+    ] = await Promise.all([
+      agentrl(["sft", "--steps", "1"]),
+      agentrl(["sft", "--tasks", "chess", "--out", "/nonexistent-never-written"]),
+      agentrl(["policy", "serve", "--pool", "newest"]),
+      agentrl(["sft", "--lr", "-1", "--store"]),
+      agentrl(["sft", "--init", "/nonexistent-never-written", "--out", "/nonexistent-never-written-either"]),
+      agentrl(["sft", "--final-turn-weight", "heavy", "--store"]),
+      agentrl(["sft", "--answer-variants", "1.5", "--store"]),
+      agentrl(["sft", "--blind-share", "1.5", "--store"]),
+      agentrl(["sft", "--blind-share", "0.6", "--prose-share", "0.5", "--store"]),
+      agentrl(["sft", "--question-numbers", "--store"]),
+      agentrl([
+        "sft",
+        "--tasks",
+        "os",
+        "--episodes",
+        "4",
+        "--out",
+        tempDir("sft-kind-"),
+        "--without-kinds",
+        "line_count",
+      ]),
+    ]);
     expect(noOut.status).toBe(2);
     expect(noOut.stderr).toMatch(/--out\/--store: give exactly one: --out DIR or --store/);
     expect(badTask.status).toBe(2);
@@ -37,7 +60,10 @@ describe("agentrl sft / policy serve: bad input is one clear line, never a stack
     expect(numbersAlone.stderr).toMatch(
       /--question-numbers: renames within the question variants: give --question-variants N/,
     );
+    expect(badKind.status).not.toBe(0);
+    expect(badKind.stderr).toMatch(/has kind line_count; their kinds: config-value, .*line-count/);
     for (const run of [
+      badKind,
       noOut,
       badTask,
       badPool,

@@ -65,6 +65,25 @@ describe("sft warm-up", () => {
     for (const trace of a.traces) expect(trace.messages.some((m) => m.role === "assistant")).toBe(true);
   });
 
+  it("leaves out the episodes of the kinds it is told, still drawing as many of the others, and refuses an unknown kind", async () => {
+    const db = await loadTaskModule("db");
+    const all = await collectExpertTraces([db], 40, 11);
+    const kindsOf = (traces: readonly { index: number }[]) => new Set(traces.map((t) => db.task.categoryOf?.(t.index)));
+    expect(kindsOf(all.traces).has("lookup")).toBe(true);
+    // With nothing left out, the draws are those of the plain call (earlier recipes stay reproducible).
+    expect((await collectExpertTraces([db], 40, 11, [])).traces.map((t) => t.index)).toEqual(
+      all.traces.map((t) => t.index),
+    );
+    const without = await collectExpertTraces([db], 40, 11, ["lookup", "count_range"]);
+    expect(without.stats.get("db")?.episodes).toBe(40);
+    const kinds = kindsOf(without.traces);
+    expect(kinds.has("lookup") || kinds.has("count_range")).toBe(false);
+    expect(kinds.has("count")).toBe(true);
+    await expect(collectExpertTraces([db], 40, 11, ["lookp"])).rejects.toThrow(
+      /has kind lookp; their kinds: argextreme, count, count_range, delete, extreme, filter, insert, lookup/,
+    );
+  });
+
   it("lowers the assistant-token loss, writes a loadable v0 with its tokenizer, and is reproducible from the seed", async () => {
     const first = await run("a", 5);
     expect(first.lossAfter).toBeLessThan(first.lossBefore);

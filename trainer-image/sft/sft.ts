@@ -56,6 +56,11 @@ export interface SftOptions {
   readonly tasks: readonly TaskModule[];
   /** Expert episodes per task (train split). */
   readonly episodesPerTask: number;
+  /**
+   * Instance kinds (a task's `categoryOf`, e.g. db `lookup`) whose expert episodes are left out:
+   * a warm-up that has never been shown them, for RL to learn from rewards alone. @default []
+   */
+  readonly withoutKinds?: readonly string[];
   readonly steps: number;
   readonly seed: number;
   /** Sequences per optimizer step. */
@@ -196,21 +201,37 @@ export interface ExpertTrace {
   readonly tools: readonly ToolSpec[];
 }
 
-/** Runs each task's expert on `episodesPerTask` train indices drawn from `seed`; keeps the successful episodes. */
+/**
+ * Runs each task's expert on `episodesPerTask` train indices drawn from `seed`; keeps the successful
+ * episodes. Indices of a kind in `withoutKinds` (the task's `categoryOf`) are passed over and drawn
+ * again, so each task still gets `episodesPerTask` of the other kinds; a named kind no drawn
+ * instance has is refused, naming the kinds there are. With no kinds left out, the draws are those
+ * of every earlier recipe.
+ */
 export async function collectExpertTraces(
   tasks: readonly TaskModule[],
   episodesPerTask: number,
   seed: number,
+  withoutKinds: readonly string[] = [],
 ): Promise<{ traces: ExpertTrace[]; stats: Map<string, { episodes: number; kept: number }> }> {
   const traces: ExpertTrace[] = [];
   const stats = new Map<string, { episodes: number; kept: number }>();
+  const leftOut = new Set(withoutKinds);
+  const kindsSeen = new Set<string>();
   for (const { task, expert } of tasks) {
     const tools = toolSpecs(task);
     const random = seededRandomFrom(seed, "sft-episodes", task.name);
     const { start, end } = task.splits.train;
     const span = end - start;
+    const target = Math.min(episodesPerTask, span);
     const indices = new Set<number>();
-    while (indices.size < Math.min(episodesPerTask, span)) indices.add(start + Math.floor(random() * span));
+    // Bounded, so a task whose every instance is left out ends with what it found.
+    for (let draws = 0; indices.size < target && (leftOut.size === 0 || draws < 20 * target); draws += 1) {
+      const index = start + Math.floor(random() * span);
+      const kind = leftOut.size > 0 ? task.categoryOf?.(index) : undefined;
+      if (kind !== undefined) kindsSeen.add(kind);
+      if (kind === undefined || !leftOut.has(kind)) indices.add(index);
+    }
     let kept = 0;
     for (const index of [...indices].sort((a, b) => a - b)) {
       const run = await runScripted(task, index, expert);
@@ -219,6 +240,21 @@ export async function collectExpertTraces(
       traces.push({ task: task.name, index, messages: run.messages, tools });
     }
     stats.set(task.name, { episodes: indices.size, kept });
+  }
+  const unknown = [...leftOut].filter((kind) => !kindsSeen.has(kind));
+  if (unknown.length > 0) {
+    // The kinds of the first training instances, so a misspelt kind is answered with the real ones.
+    const known = new Set<string>();
+    for (const { task } of tasks) {
+      const { start, end } = task.splits.train;
+      for (let index = start; index < Math.min(end, start + 500); index += 1) {
+        const kind = task.categoryOf?.(index);
+        if (kind !== undefined) known.add(kind);
+      }
+    }
+    throw new SftError(
+      `no drawn instance of ${tasks.map((t) => t.task.name).join(", ")} has kind ${unknown.join(", ")}; their kinds: ${[...known].sort().join(", ") || "none (these tasks have no kinds)"}`,
+    );
   }
   return { traces, stats };
 }
@@ -230,7 +266,8 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
   await initBackend(config.policy.backend);
 
   const started = Date.now();
-  const collected = await collectExpertTraces(options.tasks, options.episodesPerTask, seed);
+  const withoutKinds = options.withoutKinds ?? [];
+  const collected = await collectExpertTraces(options.tasks, options.episodesPerTask, seed, withoutKinds);
   const { stats } = collected;
   log.info({ traces: collected.traces.length, seconds: (Date.now() - started) / 1000 }, "expert traces collected");
   if (collected.traces.length === 0) throw new SftError("the experts produced no successful episode");
@@ -396,6 +433,7 @@ export async function runSft(options: SftOptions): Promise<SftResult> {
           seed,
           tasks: traceStats,
           episodesPerTask: options.episodesPerTask,
+          withoutKinds,
           steps: options.steps,
           batchSize: options.batchSize,
           learningRate: options.learningRate,
