@@ -79,6 +79,10 @@ describe("sft warm-up", () => {
     const kinds = kindsOf(without.traces);
     expect(kinds.has("lookup") || kinds.has("count_range")).toBe(false);
     expect(kinds.has("count")).toBe(true);
+    const everyKind = "argextreme count count_range delete extreme filter insert lookup sum update_group update_one";
+    await expect(collectExpertTraces([db], 5, 11, everyKind.split(" "))).rejects.toThrow(
+      /every kind of db is left out \(argextreme, .*\): keep one of its kinds, or leave db out of the tasks/,
+    );
     await expect(collectExpertTraces([db], 40, 11, ["lookp"])).rejects.toThrow(
       /has kind lookp; their kinds: argextreme, count, count_range, delete, extreme, filter, insert, lookup/,
     );

@@ -232,6 +232,10 @@ export async function collectExpertTraces(
       if (kind !== undefined) kindsSeen.add(kind);
       if (kind === undefined || !leftOut.has(kind)) indices.add(index);
     }
+    if (indices.size === 0 && target > 0)
+      throw new SftError(
+        `every kind of ${task.name} is left out (${withoutKinds.join(", ")}): keep one of its kinds, or leave ${task.name} out of the tasks`,
+      );
     let kept = 0;
     for (const index of [...indices].sort((a, b) => a - b)) {
       const run = await runScripted(task, index, expert);
