@@ -4,19 +4,7 @@ import { tempDir } from "../support/tmp.ts";
 
 describe("agentrl sft / policy serve: bad input is one clear line, never a stack trace", () => {
   it("explains what is wrong and what is allowed", async () => {
-    const [
-      noOut,
-      badTask,
-      badPool,
-      badLr,
-      badInit,
-      badWeight,
-      badVariants,
-      badBlind,
-      tooManyHabits,
-      numbersAlone,
-      badKind,
-    ] = await Promise.all([
+    const runs = await Promise.all([
       agentrl(["sft", "--steps", "1"]),
       agentrl(["sft", "--tasks", "chess", "--out", "/nonexistent-never-written"]),
       agentrl(["policy", "serve", "--pool", "newest"]),
@@ -39,6 +27,19 @@ describe("agentrl sft / policy serve: bad input is one clear line, never a stack
         "line_count",
       ]),
     ]);
+    const [
+      noOut,
+      badTask,
+      badPool,
+      badLr,
+      badInit,
+      badWeight,
+      badVariants,
+      badBlind,
+      tooManyHabits,
+      numbersAlone,
+      badKind,
+    ] = runs;
     expect(noOut.status).toBe(2);
     expect(noOut.stderr).toMatch(/--out\/--store: give exactly one: --out DIR or --store/);
     expect(badTask.status).toBe(2);
@@ -62,19 +63,6 @@ describe("agentrl sft / policy serve: bad input is one clear line, never a stack
     );
     expect(badKind.status).not.toBe(0);
     expect(badKind.stderr).toMatch(/has kind line_count; their kinds: config-value, .*line-count/);
-    for (const run of [
-      badKind,
-      noOut,
-      badTask,
-      badPool,
-      badLr,
-      badInit,
-      badWeight,
-      badVariants,
-      badBlind,
-      tooManyHabits,
-      numbersAlone,
-    ])
-      expect(run.stderr).not.toMatch(/\n\s+at /);
+    for (const run of runs) expect(run.stderr).not.toMatch(/\n\s+at /);
   });
 });
