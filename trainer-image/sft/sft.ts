@@ -204,9 +204,8 @@ export interface ExpertTrace {
 /**
  * Runs each task's expert on `episodesPerTask` train indices drawn from `seed`; keeps the successful
  * episodes. Indices of a kind in `withoutKinds` (the task's `categoryOf`) are passed over and drawn
- * again, so each task still gets `episodesPerTask` of the other kinds; a named kind no drawn
- * instance has is refused, naming the kinds there are. With no kinds left out, the draws are those
- * of every earlier recipe.
+ * again, so each task still gets `episodesPerTask` of the other kinds. With no kinds left out, the
+ * draws are those of every earlier recipe.
  */
 export async function collectExpertTraces(
   tasks: readonly TaskModule[],
@@ -217,7 +216,7 @@ export async function collectExpertTraces(
   const traces: ExpertTrace[] = [];
   const stats = new Map<string, { episodes: number; kept: number }>();
   const leftOut = new Set(withoutKinds);
-  const kindsSeen = new Set<string>();
+  if (leftOut.size > 0) refuseUnknownKinds(tasks, leftOut);
   for (const { task, expert } of tasks) {
     const tools = toolSpecs(task);
     const random = seededRandomFrom(seed, "sft-episodes", task.name);
@@ -229,7 +228,6 @@ export async function collectExpertTraces(
     for (let draws = 0; indices.size < target && (leftOut.size === 0 || draws < 20 * target); draws += 1) {
       const index = start + Math.floor(random() * span);
       const kind = leftOut.size > 0 ? task.categoryOf?.(index) : undefined;
-      if (kind !== undefined) kindsSeen.add(kind);
       if (kind === undefined || !leftOut.has(kind)) indices.add(index);
     }
     if (indices.size === 0 && target > 0)
@@ -245,22 +243,24 @@ export async function collectExpertTraces(
     }
     stats.set(task.name, { episodes: indices.size, kept });
   }
-  const unknown = [...leftOut].filter((kind) => !kindsSeen.has(kind));
-  if (unknown.length > 0) {
-    // The kinds of the first training instances, so a misspelt kind is answered with the real ones.
-    const known = new Set<string>();
-    for (const { task } of tasks) {
-      const { start, end } = task.splits.train;
-      for (let index = start; index < Math.min(end, start + 500); index += 1) {
-        const kind = task.categoryOf?.(index);
-        if (kind !== undefined) known.add(kind);
-      }
-    }
-    throw new SftError(
-      `no drawn instance of ${tasks.map((t) => t.task.name).join(", ")} has kind ${unknown.join(", ")}; their kinds: ${[...known].sort().join(", ") || "none (these tasks have no kinds)"}`,
-    );
-  }
   return { traces, stats };
+}
+
+/** Refuses a left-out kind that none of the tasks' first 2,000 training instances has, naming theirs. */
+function refuseUnknownKinds(tasks: readonly TaskModule[], leftOut: ReadonlySet<string>): void {
+  const known = new Set<string>();
+  for (const { task } of tasks) {
+    const { start, end } = task.splits.train;
+    for (let index = start; index < Math.min(end, start + 2000); index += 1) {
+      const kind = task.categoryOf?.(index);
+      if (kind !== undefined) known.add(kind);
+    }
+  }
+  const unknown = [...leftOut].filter((kind) => !known.has(kind));
+  if (unknown.length > 0)
+    throw new SftError(
+      `no instance of ${tasks.map((t) => t.task.name).join(", ")} has kind ${unknown.join(", ")}; their kinds: ${[...known].sort().join(", ") || "none (these tasks have no kinds)"}`,
+    );
 }
 
 /** Behaviour cloning end to end; see the module comment. */
