@@ -6,6 +6,7 @@ import { exampleTask } from "../../env-images/example/index.ts";
 import { type RunningController, startController } from "../../functions/controller/controller.ts";
 import { ControllerClient, EnvSessionLostError } from "../../shared/env/client.ts";
 import { type RunningWorker, serveTask } from "../../shared/env/worker.ts";
+import { freePort } from "../../shared/net.ts";
 import { ListWorkersResponse } from "../../shared/protocol/envApi.ts";
 import { call, countWorkers, errorBody, postJson, waitFor } from "./helpers.ts";
 
@@ -119,8 +120,10 @@ describe("faults", () => {
 
   it("after a controller restart, workers re-register on their next heartbeat and orphaned sessions are cancelled", async () => {
     const heartbeatMs = 300;
-    let controller = await startController({ port: 0 });
-    const port = controller.port;
+    // Outside the ephemeral range: a port the OS handed out could be handed to another test's
+    // socket between the close and the restart below (EADDRINUSE).
+    const port = await freePort();
+    let controller = await startController({ port });
     const worker: RunningWorker = await serveTask(exampleTask, {
       controllerUrl: controller.url,
       heartbeatMs,
