@@ -45,6 +45,19 @@ export const TrainerConfig = z
       .max(1)
       .default(1)
       .describe("policy-term weight of negative-advantage tokens (0: better-than-baseline tokens only)"),
+    /**
+     * Question-renamed copies of each trajectory with a non-zero advantage, trained with that
+     * advantage (trainer-image/trainer/renamed.ts): the question's words its actions copy are
+     * renamed to fresh words throughout, so the reward pays for copying a word rather than for the
+     * word itself. 0 trains the sampled trajectories alone.
+     */
+    renamedVariants: z
+      .number()
+      .int()
+      .min(0)
+      .max(8)
+      .default(0)
+      .describe("question-renamed copies of each trajectory trained with its advantage (0: none)"),
     advantageEps: z.number().positive().default(1e-6).describe("epsilon in advantage normalization"),
     /**
      * Expert demonstrations beside the RL loss (InstructGPT's PPO-ptx, expert traces in place of

@@ -4,6 +4,7 @@ import { type PpoParams, policyTermWeights } from "../../shared/rl/ppo.ts";
 import { importanceWeights, type PreparedBatch } from "./batch.ts";
 import { type Demonstration, demonstrationRows, demonstrationTokens } from "./demonstrations.ts";
 import type { PpoShardInput, PpoShardStats } from "./ppoShard.ts";
+import type { RenamedRows } from "./renamed.ts";
 import type { StepRecorder } from "./stepRecord.ts";
 
 /**
@@ -31,6 +32,11 @@ export interface LossRow {
   readonly fullLogp: number[];
   /** A demonstration row's imitation weights (1 on its assistant tokens); its other terms are 0. */
   readonly demonstration?: Float32Array;
+  /**
+   * A renamed copy's per-token advantages (trainer/renamed.ts): the row adds −Σ A·log π over the
+   * step's token mean, the PPO term's gradient at ratio 1; its other terms are 0.
+   */
+  readonly reinforce?: Float32Array;
 }
 
 /** Per-token log-probs of sequences under the trained weights or the frozen KL reference. */
@@ -80,8 +86,11 @@ export interface StepResult {
   readonly gradNorm: number;
   /** 1 when a non-finite gradient left the weights unchanged. */
   readonly skipped: number;
-  /** Sums over the batch's trained tokens, for token means; `demo`: the demonstrations' NLL over theirs. */
-  readonly sums: { pg: number; kl: number; clipped: number; approxKl: number; demo: number };
+  /**
+   * Sums over the batch's trained tokens, for token means; `demo`: the demonstrations' NLL over
+   * theirs; `reinforce`: the renamed copies' −Σ A·log π over theirs.
+   */
+  readonly sums: { pg: number; kl: number; clipped: number; approxKl: number; demo: number; reinforce: number };
   /** Per row: sum of |trainer logp − behaviour logp| over its fresh tokens, and their count. */
   readonly rowGap: Float64Array;
   readonly rowFresh: Float64Array;
@@ -102,27 +111,40 @@ export async function trainOnRows(
   temperature: number,
   params: PpoParams,
   onError: (error: unknown) => void,
-  /** Receives each row's trainer log-probs (for the step record). */
-  recorder?: StepRecorder,
-  /**
-   * Expert episodes imitated in the same step, after the batch's rows (`trainer.demonstrations`);
-   * `alone`: they are all the step trains on (the RL loss is computed for its statistics only).
-   */
-  demonstrations?: { readonly of: readonly Demonstration[]; readonly coef: number; readonly alone?: boolean },
+  extras: {
+    /** Receives each batch row's trainer log-probs (for the step record). */
+    readonly recorder?: StepRecorder;
+    /**
+     * Expert episodes imitated in the same step, after the batch's rows (`trainer.demonstrations`);
+     * `alone`: they are all the step trains on (the RL loss is computed for its statistics only).
+     */
+    readonly demonstrations?: {
+      readonly of: readonly Demonstration[];
+      readonly coef: number;
+      readonly alone?: boolean;
+    };
+    /** Question-renamed copies of the batch's trajectories (`trainer.renamedVariants`), after its rows. */
+    readonly renamed?: RenamedRows;
+  } = {},
 ): Promise<StepResult> {
-  const empty = { pg: 0, kl: 0, clipped: 0, approxKl: 0, demo: 0 };
+  const { recorder, demonstrations, renamed } = extras;
+  const empty = { pg: 0, kl: 0, clipped: 0, approxKl: 0, demo: 0, reinforce: 0 };
   const imitated = demonstrations && demonstrations.coef > 0 ? demonstrations.of : [];
-  const allRows = [...rows, ...demonstrationRows(imitated)];
+  const allRows = [...rows, ...(renamed?.rows ?? []), ...demonstrationRows(imitated)];
   const rowGap = new Float64Array(allRows.length);
   const rowFresh = new Float64Array(allRows.length);
-  const sequences = [...batch.rows.map((r) => r.tokens), ...imitated.map((d) => d.tokens)];
+  const sequences = [
+    ...batch.rows.map((r) => r.tokens),
+    ...(renamed?.sequences ?? []),
+    ...imitated.map((d) => d.tokens),
+  ];
   if (sequences.length === 0)
     return { loss: 0, gradNorm: 0, skipped: 0, sums: empty, rowGap, rowFresh, threads: parallel.threads };
   try {
     const result = await parallel.trainStep(sequences, temperature, {
       rows: allRows,
       params,
-      tokens: batch.tokens,
+      tokens: batch.tokens + (renamed?.tokens ?? 0),
       captureLogp: recorder !== undefined,
       ...(imitated.length > 0
         ? {

@@ -2,6 +2,7 @@ import type { Trajectory } from "../../shared/protocol/messages.ts";
 import type { PreparedBatch } from "./batch.ts";
 import type { BufferedGroup } from "./buffer.ts";
 import type { StepResult } from "./loss.ts";
+import type { RenamedRows } from "./renamed.ts";
 
 /**
  * What a step reports (one metrics.jsonl line) and what it adds to the cumulative totals kept in
@@ -106,6 +107,8 @@ export interface StepCounts {
   readonly stepSeconds: number;
   /** Imitated tokens of the step's demonstrations (`trainer.demonstrations`); absent when off. */
   readonly demonstrationTokens?: number;
+  /** The step's question-renamed copies (`trainer.renamedVariants`); absent when off. */
+  readonly renamed?: Pick<RenamedRows, "rows" | "tokens" | "renamedTrajectories">;
 }
 
 /** Counters this step adds to the ledger's cumulative `totals/...`. */
@@ -143,6 +146,15 @@ export function stepMetrics(counts: StepCounts, totals: Readonly<Record<string, 
           /** Mean negative log-likelihood per imitated token of the step's expert demonstrations. */
           "loss/demonstration": result.sums.demo / Math.max(counts.demonstrationTokens, 1),
           "demonstrations/tokens": counts.demonstrationTokens,
+        }),
+    ...(counts.renamed === undefined
+      ? {}
+      : {
+          /** Mean −A·log π per trained token of the renamed copies. */
+          "loss/renamed": result.sums.reinforce / Math.max(counts.renamed.tokens, 1),
+          "renamed/rows": counts.renamed.rows.length,
+          "renamed/tokens": counts.renamed.tokens,
+          "renamed/trajectories": counts.renamed.renamedTrajectories,
         }),
     "policy/grad_norm": result.gradNorm,
     "policy/logp_gap_fresh": counts.logpGapFresh,

@@ -17,7 +17,10 @@ export interface PpoShardInput {
   /** One per batch row, token-aligned with its tokens. */
   readonly rows: readonly LossRow[];
   readonly params: PpoParams;
-  /** Loss tokens of the whole batch: each micro-batch's sum is divided by it, so shard losses add up. */
+  /**
+   * Loss tokens of the whole batch (renamed copies' included): each micro-batch's sum is divided by
+   * it, so shard losses add up.
+   */
   readonly tokens: number;
   /** Copy each row's trainer log-probs out (for the step record). */
   readonly captureLogp: boolean;
@@ -31,8 +34,11 @@ export interface PpoShardInput {
 
 /** What a shard collected. */
 export interface PpoShardStats {
-  /** Sums over the shard's trained tokens; `demo`: the demonstrations' negative log-likelihood. */
-  readonly sums: { pg: number; kl: number; clipped: number; approxKl: number; demo: number };
+  /**
+   * Sums over the shard's trained tokens; `demo`: the demonstrations' negative log-likelihood;
+   * `reinforce`: the renamed copies' −Σ A·log π.
+   */
+  readonly sums: { pg: number; kl: number; clipped: number; approxKl: number; demo: number; reinforce: number };
   /** Per batch row (0 on rows of other shards): sum of |trainer − behaviour| log-prob over fresh tokens, and their count. */
   readonly rowGap: Float64Array;
   readonly rowFresh: Float64Array;
@@ -46,7 +52,8 @@ function build(input: PpoShardInput) {
   const withReference = rows.some((r) => r.refLogp !== undefined);
   const weighted = rows.some((r) => r.weights !== undefined);
   const imitation = input.demonstration;
-  const sums = { pg: 0, kl: 0, clipped: 0, approxKl: 0, demo: 0 };
+  const reinforcing = rows.some((r) => r.reinforce !== undefined);
+  const sums = { pg: 0, kl: 0, clipped: 0, approxKl: 0, demo: 0, reinforce: 0 };
   const rowGap = new Float64Array(rows.length);
   const rowFresh = new Float64Array(rows.length);
   const logps: Array<[number, Float32Array]> = [];
@@ -104,21 +111,38 @@ function build(input: PpoShardInput) {
             ),
           )
         : tf.scalar(0);
-      const stats = tf.stack([terms.pgSum, terms.klSum, terms.clippedCount, terms.approxKlSum, demoSum]).dataSync();
+      // the renamed copies' policy term, −Σ A·log π (0 weights elsewhere)
+      const reinforceSum = reinforcing
+        ? tf.neg(
+            tf.sum(
+              tf.mul(
+                logp,
+                pad((r) => r.reinforce ?? []),
+              ),
+            ),
+          )
+        : tf.scalar(0);
+      const stats = tf
+        .stack([terms.pgSum, terms.klSum, terms.clippedCount, terms.approxKlSum, demoSum, reinforceSum])
+        .dataSync();
       sums.pg += stats[0] as number;
       sums.kl += stats[1] as number;
       sums.clipped += stats[2] as number;
       sums.approxKl += stats[3] as number;
       sums.demo += stats[4] as number;
+      sums.reinforce += stats[5] as number;
       const gaps = gap.dataSync();
       const counts = tf.sum(fresh, 1).dataSync();
       picked.forEach((r, j) => {
         rowGap[r] = (rowGap[r] as number) + (gaps[j] as number);
         rowFresh[r] = (rowFresh[r] as number) + (counts[j] as number);
       });
-      if (!imitation) return terms.loss;
+      const rlLoss = reinforcing
+        ? (tf.add(terms.loss, tf.div(reinforceSum, Math.max(tokens, 1))) as tf.Scalar)
+        : terms.loss;
+      if (!imitation) return rlLoss;
       const imitationLoss = tf.mul(demoSum, imitation.coef / Math.max(imitation.tokens, 1)) as tf.Scalar;
-      return imitation.alone ? imitationLoss : (tf.add(terms.loss, imitationLoss) as tf.Scalar);
+      return imitation.alone ? imitationLoss : (tf.add(rlLoss, imitationLoss) as tf.Scalar);
     },
     stats: (): PpoShardStats => ({ sums: { ...sums }, rowGap, rowFresh, logp: logps, captureMs }),
   };
@@ -137,6 +161,7 @@ export default defineShardLoss<PpoShardInput, PpoShardStats>(import.meta.url, {
       clipped: a.sums.clipped + b.sums.clipped,
       approxKl: a.sums.approxKl + b.sums.approxKl,
       demo: a.sums.demo + b.sums.demo,
+      reinforce: a.sums.reinforce + b.sums.reinforce,
     },
     rowGap: addInto(a.rowGap, b.rowGap),
     rowFresh: addInto(a.rowFresh, b.rowFresh),

@@ -10,6 +10,7 @@ import { parseExperimentMessage } from "../../shared/protocol/envelope.ts";
 import { TrajectoryEvent } from "../../shared/protocol/messages.ts";
 import type { StepMetrics } from "../../shared/protocol/metrics.ts";
 import type { PpoParams } from "../../shared/rl/ppo.ts";
+import { seededRandomFrom } from "../../shared/rl/random.ts";
 import { sleep } from "../../shared/sleep.ts";
 import type { ReceivedMessage, Transport } from "../../shared/transport/types.ts";
 import { prepareBatch } from "./batch.ts";
@@ -28,6 +29,7 @@ import { lossRows, trainOnRows } from "./loss.ts";
 import { logpGap, type StepCounts, stepMetrics, stepTotals } from "./metrics.ts";
 import ppoShardLoss from "./ppoShard.ts";
 import { publishVersion } from "./publish.ts";
+import { QuestionRenamer, renamedRows } from "./renamed.ts";
 import { recordStep, StepRecorder } from "./stepRecord.ts";
 
 /** The trainer cannot start (no checkpoint to train from, inconsistent state). */
@@ -157,6 +159,12 @@ export async function runTrainer(
       imitation.alone ? "expert demonstrations ready; the RL loss is left out" : "expert demonstrations ready",
     );
   }
+  // renamed copies (trainer.renamedVariants) read the tasks' frame words from every step this
+  // process trains, so a restarted trainer starts reading them afresh
+  const renaming =
+    trainer.renamedVariants > 0
+      ? { renamer: new QuestionRenamer(), codec: await codecOfVersion(checkpoints, loaded.manifest) }
+      : undefined;
   let version = loaded.manifest.version;
   let publishedVersion = version;
   const ledger: Ledger = (await readLedger(checkpoints, version)) ?? {
@@ -309,6 +317,15 @@ export async function runTrainer(
     const recorder = new StepRecorder(); // the trainer's log-probs, for the step record `agentrl view` shows
     const imitated =
       demonstrations.length > 0 ? demonstrationsOfStep(demonstrations, imitation.perStep, config.seed, step + 1) : [];
+    renaming?.renamer.observe(trajectories);
+    const renamed = renaming
+      ? renamedRows(batch, trajectories, renaming.renamer, renaming.codec, {
+          count: trainer.renamedVariants,
+          contextLength: config.policy.model.contextLength,
+          random: seededRandomFrom(config.seed, "renamed-variants", step + 1),
+          trainer,
+        })
+      : undefined;
     const result = await trainOnRows(
       parallel,
       batch,
@@ -316,8 +333,7 @@ export async function runTrainer(
       temperature,
       params,
       (error) => log.error({ err: error }, "optimizer step skipped"),
-      recorder,
-      { of: imitated, coef: imitation.coef, alone: imitation.alone },
+      { recorder, demonstrations: { of: imitated, coef: imitation.coef, alone: imitation.alone }, renamed },
     );
     step += 1;
     stepsThisRun += 1;
@@ -340,6 +356,7 @@ export async function runTrainer(
       secondsSinceLastStep: (now - lastStepAt) / 1000,
       stepSeconds: (now - stepStart) / 1000,
       ...(imitated.length > 0 ? { demonstrationTokens: demonstrationTokens(imitated) } : {}),
+      ...(renamed ? { renamed } : {}),
     };
     addTotals(totals, stepTotals(counts));
     const metrics = stepMetrics(counts, totals);
