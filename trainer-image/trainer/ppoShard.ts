@@ -100,28 +100,14 @@ function build(input: PpoShardInput) {
         ),
         1,
       );
-      // the imitation term of demonstration rows (0 weights elsewhere)
-      const demoSum = imitation
-        ? tf.neg(
-            tf.sum(
-              tf.mul(
-                logp,
-                pad((r) => r.demonstration ?? []),
-              ),
-            ),
-          )
-        : tf.scalar(0);
-      // the renamed copies' policy term, −Σ A·log π (0 weights elsewhere)
-      const reinforceSum = reinforcing
-        ? tf.neg(
-            tf.sum(
-              tf.mul(
-                logp,
-                pad((r) => r.reinforce ?? []),
-              ),
-            ),
-          )
-        : tf.scalar(0);
+      /** −Σ w·log π over the micro-batch, `w` a per-token weight column (0 on rows without one). */
+      const negWeightedLogp = (column: (row: LossRow) => ArrayLike<number> | undefined): tf.Scalar => {
+        const weights = pad((r) => column(r) ?? []);
+        return tf.neg(tf.sum(tf.mul(logp, weights))) as tf.Scalar;
+      };
+      // the imitation term of demonstration rows; the renamed copies' policy term, −Σ A·log π
+      const demoSum = imitation ? negWeightedLogp((r) => r.demonstration) : tf.scalar(0);
+      const reinforceSum = reinforcing ? negWeightedLogp((r) => r.reinforce) : tf.scalar(0);
       const stats = tf
         .stack([terms.pgSum, terms.klSum, terms.clippedCount, terms.approxKlSum, demoSum, reinforceSum])
         .dataSync();
