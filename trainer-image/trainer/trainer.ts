@@ -29,7 +29,7 @@ import { lossRows, trainOnRows } from "./loss.ts";
 import { logpGap, type StepCounts, stepMetrics, stepTotals } from "./metrics.ts";
 import ppoShardLoss from "./ppoShard.ts";
 import { publishVersion } from "./publish.ts";
-import { QuestionRenamer, renamedRows } from "./renamed.ts";
+import { MIN_QUESTIONS, QuestionRenamer, renamedRows } from "./renamed.ts";
 import { recordStep, StepRecorder } from "./stepRecord.ts";
 
 /** The trainer cannot start (no checkpoint to train from, inconsistent state). */
@@ -165,6 +165,11 @@ export async function runTrainer(
     trainer.renamedVariants > 0
       ? { renamer: new QuestionRenamer(), codec: await codecOfVersion(checkpoints, loaded.manifest) }
       : undefined;
+  if (renaming)
+    log.info(
+      { renamedVariants: trainer.renamedVariants, minQuestions: MIN_QUESTIONS },
+      `renamed copies on: a task's start once ${MIN_QUESTIONS} of its distinct questions were seen (renamed/rows)`,
+    );
   let version = loaded.manifest.version;
   let publishedVersion = version;
   const ledger: Ledger = (await readLedger(checkpoints, version)) ?? {
