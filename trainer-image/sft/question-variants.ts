@@ -26,7 +26,8 @@ const NUMBER = /^[1-9][0-9]+$/;
 /** Redraws before a word is left as it is because every fresh draw collided with a word of the trace. */
 const DRAWS = 8;
 
-function firstQuestion(messages: readonly ChatMessage[]): string {
+/** The first user message's text: the episode's question ("" when there is none). */
+export function firstQuestion(messages: readonly ChatMessage[]): string {
   const user = messages.find((m) => m.role === "user");
   return user?.role === "user" && typeof user.content === "string" ? user.content : "";
 }

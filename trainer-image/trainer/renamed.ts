@@ -2,7 +2,7 @@ import type { ChatCodec } from "../../shared/chat/index.ts";
 import type { TrainerConfig } from "../../shared/config/trainer.ts";
 import type { ChatMessage, ToolSpec } from "../../shared/protocol/openai.ts";
 import { type Syllables, syllablesOf } from "../sft/answer-variants.ts";
-import { frameWordsOf, questionVariant, questionWordsInActions } from "../sft/question-variants.ts";
+import { firstQuestion, frameWordsOf, questionVariant, questionWordsInActions } from "../sft/question-variants.ts";
 import type { PreparedBatch } from "./batch.ts";
 import type { LossRow } from "./loss.ts";
 
@@ -49,7 +49,7 @@ export class QuestionRenamer {
   observe(trajectories: readonly RenamableEpisode[]): void {
     const tasks = new Set(trajectories.map((t) => t.task));
     for (const t of trajectories) {
-      const question = firstQuestion(t);
+      const question = firstQuestion(t.messages);
       if (question !== "") setOf(this.questions, t.task).add(question);
     }
     // the task's frame words: those in at least half of its distinct questions seen so far (the
@@ -139,11 +139,6 @@ export function renamedRows(
 function rowAdvantage(row: PreparedBatch["rows"][number]): number {
   const t = row.lossMask.indexOf(1);
   return t < 0 ? 0 : (row.advantages[t] as number);
-}
-
-function firstQuestion(t: RenamableEpisode): string {
-  const user = t.messages.find((m) => m.role === "user");
-  return user?.role === "user" && typeof user.content === "string" ? user.content : "";
 }
 
 function setOf(map: Map<string, Set<string>>, key: string): Set<string> {
