@@ -120,8 +120,7 @@ describe("faults", () => {
 
   it("after a controller restart, workers re-register on their next heartbeat and orphaned sessions are cancelled", async () => {
     const heartbeatMs = 300;
-    // Outside the ephemeral range: a port the OS handed out could be handed to another test's
-    // socket between the close and the restart below (EADDRINUSE).
+    // Below the ephemeral range where the kernel says where that is (see restartOn for the rest).
     const port = await freePort();
     let controller = await startController({ port });
     const worker: RunningWorker = await serveTask(exampleTask, {
@@ -136,7 +135,7 @@ describe("faults", () => {
     expect(worker.sessionCount).toBe(1);
 
     await controller.close();
-    controller = await startController({ port });
+    controller = await restartOn(port);
     const restarted = controller;
     cleanups.push(() => restarted.close());
     const restartedAt = Date.now();
@@ -153,3 +152,23 @@ describe("faults", () => {
     await expect(client.startSample("example", 4)).resolves.toMatchObject({ status: "running" });
   });
 });
+
+/**
+ * Starts a controller on the port its predecessor just closed. The port can be held for a moment
+ * by someone else: another test process that picked it in between, or, on hosts whose ephemeral
+ * range is not readable, the worker's own reconnect landing on it as its local port (a TCP
+ * self-connect, which holds the port until that request times out). A restarted controller in
+ * production is retried by its supervisor; here it is retried for a few seconds.
+ */
+async function restartOn(port: number): Promise<RunningController> {
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    try {
+      return await startController({ port });
+    } catch (error) {
+      const code = (error as NodeJS.ErrnoException).code;
+      if (code !== "EADDRINUSE" || Date.now() > deadline) throw error;
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+  }
+}
