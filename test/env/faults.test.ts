@@ -120,7 +120,7 @@ describe("faults", () => {
 
   it("after a controller restart, workers re-register on their next heartbeat and orphaned sessions are cancelled", async () => {
     const heartbeatMs = 300;
-    // Below the ephemeral range where the kernel says where that is (see restartOn for the rest).
+    // Picked below the ephemeral range /proc reports; restartOn covers a port taken anyway.
     const port = await freePort();
     let controller = await startController({ port });
     const worker: RunningWorker = await serveTask(exampleTask, {
@@ -155,10 +155,10 @@ describe("faults", () => {
 
 /**
  * Starts a controller on the port its predecessor just closed. The port can be held for a moment
- * by someone else: another test process that picked it in between, or, on hosts whose ephemeral
- * range is not readable, the worker's own reconnect landing on it as its local port (a TCP
- * self-connect, which holds the port until that request times out). A restarted controller in
- * production is retried by its supervisor; here it is retried for a few seconds.
+ * by someone else (CI saw EADDRINUSE here twice): another test process that picked it in between,
+ * or, where the host's real ephemeral range differs from what /proc reports, a reconnecting
+ * client's local port. A restarted controller in production is retried by its supervisor; here
+ * it is retried for a few seconds.
  */
 async function restartOn(port: number): Promise<RunningController> {
   const deadline = Date.now() + 10_000;
